@@ -1,0 +1,159 @@
+// Command runai-webhook is the Hopsworks–Run:ai admission webhook and its
+// tools. Sub-commands:
+//
+//	serve       admission webhooks, health and metrics (every replica)
+//	reconcile   namespace controller and background pass (leader-elected sidecar)
+//	run         both in one process (local runs, the demo)
+//	certs       write a CA and serving certificate for local runs
+//	version     print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/hopsworks/runai-webhook/certs"
+	"github.com/hopsworks/runai-webhook/pkg/app"
+	"github.com/hopsworks/runai-webhook/pkg/config"
+)
+
+// version is stamped at build time with -ldflags -X main.version=...
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "runai-webhook:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `runai-webhook: Hopsworks namespaces on NVIDIA Run:ai
+
+Usage: runai-webhook <command> [flags]
+
+Commands:
+  serve       serve the admission webhooks, health and metrics
+  reconcile   run the namespace controller and background pass (leader-elected)
+  run         serve and reconcile in one process
+  certs       write a CA and serving certificate for local runs
+  version     print the version
+
+Run 'runai-webhook <command> --help' for the flags of a command.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return runManager(ctx, "serve", rest, true, false, stderr)
+	case "reconcile":
+		return runManager(ctx, "reconcile", rest, false, true, stderr)
+	case "run":
+		return runManager(ctx, "run", rest, true, true, stderr)
+	case "certs":
+		return runCerts(rest, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func runManager(ctx context.Context, name string, args []string, serve, reconcile bool, stderr io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := config.Default()
+	config.Register(fs, &cfg)
+	o := app.Options{Serve: serve, Reconcile: reconcile}
+	fs.StringVar(&o.WebhookHost, "webhook-host", "", "address the admission server listens on (empty: all)")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the admission server")
+	fs.StringVar(&o.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "folder with tls.crt and tls.key (reloaded when they change)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of /metrics (0 disables)")
+	fs.StringVar(&o.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz (0 disables)")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", reconcile && !serve, "elect one active reconciler among replicas")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election lease (default: the pod's)")
+	trusted := fs.String("trusted-label-writers", "system:serviceaccount:runai:", "comma-separated user-name prefixes that may also write binding labels (Run:ai's controllers)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster or $KUBECONFIG)")
+	verbosity := fs.Int("v", 0, "log verbosity")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if err := config.ApplyEnv(fs, &cfg, os.LookupEnv); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	if err := cfg.Validate(os.ReadFile); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	log := newLogger(stderr, *verbosity)
+	ctrl.SetLogger(log)
+	if *kubeconfig != "" {
+		os.Setenv("KUBECONFIG", *kubeconfig)
+	}
+	rc, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading Kubernetes client configuration: %w", err)
+	}
+	o.Config, o.RestConfig, o.Log = cfg, rc, log
+	for _, p := range strings.Split(*trusted, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.TrustedWriterPrefixes = append(o.TrustedWriterPrefixes, p)
+		}
+	}
+	log.Info("starting", "command", name, "version", version, "runAIEnable", cfg.RunAIEnable, "runAIURL", cfg.RunAIURL,
+		"defaultDepartment", cfg.DefaultDepartment, "projectGPUQuota", cfg.ProjectGPUQuota, "reconcileInterval", cfg.ReconcileInterval.String())
+	return app.Run(ctx, o)
+}
+
+// newLogger is a JSON logr logger; the secret never reaches it (config holds
+// only the secret's file name).
+func newLogger(w io.Writer, v int) logr.Logger {
+	return funcr.NewJSON(func(obj string) { fmt.Fprintln(w, obj) }, funcr.Options{Verbosity: v, LogTimestamp: true, LogCaller: funcr.None})
+}
+
+func runCerts(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "certs-out", "folder to write ca.crt, tls.crt and tls.key into")
+	hosts := fs.String("hosts", "127.0.0.1,localhost", "comma-separated DNS names and IPs of the serving certificate")
+	validity := fs.Duration("validity", 365*24*time.Hour, "validity of the CA and the certificate")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	pair, err := certs.Generate(strings.Split(*hosts, ","), *validity)
+	if err != nil {
+		return err
+	}
+	if err := pair.Write(*dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote ca.crt, tls.crt and tls.key to %s\n", *dir)
+	return nil
+}

@@ -1,0 +1,5 @@
+package admission
+
+import "k8s.io/apimachinery/pkg/types"
+
+func typesUID(s string) types.UID { return types.UID(s) }
