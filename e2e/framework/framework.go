@@ -396,6 +396,9 @@ func (e *Env) installWebhookConfigurations(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if errs := CheckWebhookConfigurations(objs, e.Config.ProjectLabel, e.Config.QueueLabelKey); len(errs) > 0 {
+		return fmt.Errorf("manifests/install.yaml breaks the admission policy: %w", errors.Join(errs...))
+	}
 	ca, err := os.ReadFile(filepath.Join(e.CertDir, "ca.crt"))
 	if err != nil {
 		return err

@@ -1,0 +1,116 @@
+package framework
+
+import (
+	"fmt"
+	"slices"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// ExcludedNamespaces must be outside every webhook's namespaceSelector:
+// system namespaces, the webhook's own and Run:ai's (a webhook that sees its
+// own namespace can deadlock its own restart).
+var ExcludedNamespaces = []string{"kube-system", "kube-node-lease", ReleaseNamespace, "runai", "runai-backend"}
+
+// WebhookPolicy is what DESIGN.md §4 requires of one webhook.
+type WebhookPolicy struct {
+	FailurePolicy admissionregistrationv1.FailurePolicyType
+	SideEffects   admissionregistrationv1.SideEffectClass
+	MaxTimeout    int32
+	QueueLabel    metav1.LabelSelectorOperator // Exists, DoesNotExist, or "" (not constrained)
+}
+
+// Policies by webhook name.
+var Policies = map[string]WebhookPolicy{
+	"bind.runai-webhook.hopsworks.ai":       {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun, 15, metav1.LabelSelectorOpDoesNotExist},
+	"inject.runai-webhook.hopsworks.ai":     {admissionregistrationv1.Ignore, admissionregistrationv1.SideEffectClassNone, 5, metav1.LabelSelectorOpExists},
+	"pods.runai-webhook.hopsworks.ai":       {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, 15, metav1.LabelSelectorOpExists},
+	"namespaces.runai-webhook.hopsworks.ai": {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun, 30, ""},
+}
+
+// CheckWebhookConfigurations returns every way the webhook configurations
+// among objs break the policies: a missing webhook, a wrong failure policy,
+// side-effect class or timeout, a namespace selector that no longer requires
+// the managed label or no longer excludes the system namespaces.
+func CheckWebhookConfigurations(objs []client.Object, projectLabel, queueLabel string) []error {
+	var errs []error
+	seen := map[string]bool{}
+	check := func(name string, fp *admissionregistrationv1.FailurePolicyType, se *admissionregistrationv1.SideEffectClass, timeout *int32, sel *metav1.LabelSelector) {
+		seen[name] = true
+		want, ok := Policies[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("webhook %s: not in the policy table", name))
+			return
+		}
+		if fp == nil || *fp != want.FailurePolicy {
+			errs = append(errs, fmt.Errorf("webhook %s: failurePolicy %v, want %s", name, deref(fp), want.FailurePolicy))
+		}
+		if se == nil || *se != want.SideEffects {
+			errs = append(errs, fmt.Errorf("webhook %s: sideEffects %v, want %s", name, deref(se), want.SideEffects))
+		}
+		if timeout == nil || *timeout > want.MaxTimeout {
+			errs = append(errs, fmt.Errorf("webhook %s: timeoutSeconds %v, want at most %d", name, deref(timeout), want.MaxTimeout))
+		}
+		errs = append(errs, checkSelector(name, sel, projectLabel, queueLabel, want.QueueLabel)...)
+	}
+	for _, o := range objs {
+		switch w := o.(type) {
+		case *admissionregistrationv1.MutatingWebhookConfiguration:
+			for _, h := range w.Webhooks {
+				check(h.Name, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds, h.NamespaceSelector)
+			}
+		case *admissionregistrationv1.ValidatingWebhookConfiguration:
+			for _, h := range w.Webhooks {
+				check(h.Name, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds, h.NamespaceSelector)
+			}
+		}
+	}
+	for name := range Policies {
+		if !seen[name] {
+			errs = append(errs, fmt.Errorf("webhook %s: missing", name))
+		}
+	}
+	return errs
+}
+
+func checkSelector(name string, sel *metav1.LabelSelector, projectLabel, queueLabel string, queueOp metav1.LabelSelectorOperator) []error {
+	if sel == nil {
+		return []error{fmt.Errorf("webhook %s: no namespaceSelector: it would see every namespace, kube-system included", name)}
+	}
+	var errs []error
+	var managed, queue bool
+	excluded := map[string]bool{}
+	for _, r := range sel.MatchExpressions {
+		switch {
+		case r.Key == projectLabel && r.Operator == metav1.LabelSelectorOpExists:
+			managed = true
+		case r.Key == queueLabel && r.Operator == queueOp:
+			queue = true
+		case r.Key == "kubernetes.io/metadata.name" && r.Operator == metav1.LabelSelectorOpNotIn:
+			for _, v := range r.Values {
+				excluded[v] = true
+			}
+		}
+	}
+	if !managed {
+		errs = append(errs, fmt.Errorf("webhook %s: namespaceSelector does not require %s", name, projectLabel))
+	}
+	if queueOp != "" && !queue {
+		errs = append(errs, fmt.Errorf("webhook %s: namespaceSelector does not say %s %s", name, queueLabel, queueOp))
+	}
+	for _, ns := range ExcludedNamespaces {
+		if !excluded[ns] {
+			errs = append(errs, fmt.Errorf("webhook %s: namespace %s is not excluded", name, ns))
+		}
+	}
+	return slices.Clip(errs)
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return "unset"
+	}
+	return *p
+}
