@@ -490,13 +490,16 @@ func pickTelemetry(values []TelemetryValue, nodePool string) (string, bool) {
 }
 
 // listQuery is the filter of a list call: filterBy repeated once per filter.
+// listQuery builds the filterBy parameter. The vendor declares it
+// explode:false, so several filters travel as one comma-separated value; a
+// server following the document would read only the first of repeated ones.
+// Names cannot hold a comma (Kubernetes and Run:ai name rules).
 func listQuery(clusterID, name string) url.Values {
-	q := url.Values{}
-	q.Add("filterBy", "clusterId=="+clusterID)
+	filters := "clusterId==" + clusterID
 	if name != "" {
-		q.Add("filterBy", "name=="+name)
+		filters += ",name==" + name
 	}
-	return q
+	return url.Values{"filterBy": {filters}}
 }
 
 func requireID(op, what, v string) error {

@@ -321,7 +321,7 @@ func pagedProjects(t *testing.T, total int, offsets *[]int, mu *sync.Mutex) http
 	return func(w http.ResponseWriter, r *http.Request) {
 		assert.Equal(t, pathProjects, r.URL.Path)
 		q := r.URL.Query()
-		assert.Contains(t, q["filterBy"], "clusterId=="+testClusterID)
+		assert.True(t, strings.HasPrefix(q.Get("filterBy"), "clusterId=="+testClusterID))
 		limit, err := strconv.Atoi(q.Get("limit"))
 		assert.NoError(t, err)
 		offset, _ := strconv.Atoi(q.Get("offset"))
@@ -361,7 +361,7 @@ func TestPagingDepartmentsFiltersAndVerbosity(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
 		assert.Equal(t, pathDepartments, r.URL.Path)
 		q := r.URL.Query()
-		assert.Equal(t, []string{"clusterId==" + testClusterID, "name==research"}, q["filterBy"], "filters as repeated filterBy")
+		assert.Equal(t, []string{"clusterId==" + testClusterID + ",name==research"}, q["filterBy"], "filters comma-separated in one filterBy (explode:false)")
 		assert.Equal(t, "verbose", q.Get("verbosity"))
 		assert.Equal(t, "500", q.Get("limit"))
 		assert.Equal(t, "0", q.Get("offset"))
@@ -378,7 +378,7 @@ func TestPagingDepartmentsFiltersAndVerbosity(t *testing.T) {
 
 func TestPagingProjectsNameFilter(t *testing.T) {
 	f := newFake(t, func(w http.ResponseWriter, r *http.Request) {
-		assert.Equal(t, []string{"clusterId==" + testClusterID, "name==team-a"}, r.URL.Query()["filterBy"])
+		assert.Equal(t, []string{"clusterId==" + testClusterID + ",name==team-a"}, r.URL.Query()["filterBy"])
 		assert.Empty(t, r.URL.Query().Get("verbosity"))
 		writeJSON(w, http.StatusOK, ProjectList{Projects: []Project{project("1", "team-a")}})
 	})
