@@ -38,6 +38,7 @@ import (
 
 	"github.com/hopsworks/runai-webhook/certs"
 	"github.com/hopsworks/runai-webhook/pkg/app"
+	"github.com/hopsworks/runai-webhook/pkg/bind"
 	"github.com/hopsworks/runai-webhook/pkg/config"
 	"github.com/hopsworks/runai-webhook/pkg/runai/runaitest"
 )
@@ -79,12 +80,15 @@ type Env struct {
 	WebhookURL      string
 	CertDir         string
 	Dir             string
+	// Controller is the webhook's reconcile controller; Pass runs a pass now.
+	Controller *bind.Controller
 
 	log       io.Writer
 	kcm       *exec.Cmd
 	kcmDone   chan error
 	cancelApp context.CancelFunc
 	appDone   chan error
+	ctlCh     chan *bind.Controller
 	mu        sync.Mutex
 	stopped   bool
 }
@@ -188,6 +192,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if err = e.waitWebhookServing(ctx); err != nil {
 		return nil, err
 	}
+	e.Controller = <-e.ctlCh
 	e.logf("test bed up in %s", time.Since(start).Round(time.Millisecond))
 	return e, nil
 }
@@ -374,14 +379,14 @@ func (e *Env) startWebhook(ctx context.Context, o Options) error {
 		log = funcr.NewJSON(func(s string) { fmt.Fprintln(o.WebhookLog, s) }, funcr.Options{Verbosity: 1})
 	}
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.cancelApp, e.appDone = cancel, make(chan error, 1)
+	e.cancelApp, e.appDone, e.ctlCh = cancel, make(chan error, 1), make(chan *bind.Controller, 1)
 	e.WebhookURL = "https://127.0.0.1:" + strconv.Itoa(port)
 	go func() {
 		e.appDone <- app.Run(appCtx, app.Options{
 			Config: cfg, RestConfig: rc, Serve: true, Reconcile: true,
 			WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: e.CertDir,
 			MetricsAddr: "0", HealthAddr: "0", GracefulShutdown: 2 * time.Second,
-			Log: log,
+			Log: log, OnController: func(c *bind.Controller) { e.ctlCh <- c },
 		})
 	}()
 	e.logf("webhook serving on %s as user %s", e.WebhookURL, WebhookUser)

@@ -67,6 +67,9 @@ type Options struct {
 	TrustedWriterPrefixes []string
 	// RunAI overrides the Run:ai client (tests); nil builds one from Config.
 	RunAI runai.API
+	// OnController, when set, receives the reconcile controller (tests run
+	// passes on demand through it).
+	OnController func(*bind.Controller)
 	// GracefulShutdown is how long in-flight reviews may take at exit.
 	GracefulShutdown time.Duration
 	Log              logr.Logger
@@ -158,6 +161,9 @@ func New(o Options) (ctrl.Manager, error) {
 		ctl := &bind.Controller{Binder: binder, Client: mgr.GetClient(), Interval: cfg.ReconcileInterval, Log: log.WithName("reconcile"), PassObserver: metrics.Recorder{}}
 		if err := ctl.SetupWithManager(mgr); err != nil {
 			return nil, err
+		}
+		if o.OnController != nil {
+			o.OnController(ctl)
 		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
