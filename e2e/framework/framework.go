@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hopsworks/runai-webhook/certs"
 	"github.com/hopsworks/runai-webhook/pkg/app"
@@ -378,6 +379,7 @@ func (e *Env) startWebhook(ctx context.Context, o Options) error {
 	if o.WebhookLog != nil {
 		log = funcr.NewJSON(func(s string) { fmt.Fprintln(o.WebhookLog, s) }, funcr.Options{Verbosity: 1})
 	}
+	ctrllog.SetLogger(log)
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancelApp, e.appDone, e.ctlCh = cancel, make(chan error, 1), make(chan *bind.Controller, 1)
 	e.WebhookURL = "https://127.0.0.1:" + strconv.Itoa(port)
