@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,3 +136,9 @@ func label(m *dto.Metric, name string) string {
 	}
 	return ""
 }
+
+var (
+	cliOnce sync.Once
+	cliPath string
+	cliErr  error
+)

@@ -50,6 +50,12 @@ Commands:
   reconcile   run the namespace controller and background pass (leader-elected)
   run         serve and reconcile in one process
   certs       write a CA and serving certificate for local runs
+  department delete NAME [--dry-run]
+              move a Hopsworks department's namespaces to the default department
+  leave [--dry-run] [--yes]
+              delete the Run:ai projects Hopsworks created and unbind the namespaces
+  preflight kueue
+              list namespaces still bound to Run:ai; fails while any remain
   version     print the version
 
 Run 'runai-webhook <command> --help' for the flags of a command.
@@ -70,6 +76,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runManager(ctx, "run", rest, true, true, stderr)
 	case "certs":
 		return runCerts(rest, stdout, stderr)
+	case "department":
+		return runDepartment(ctx, rest, stdout, stderr)
+	case "leave":
+		return runLeave(ctx, rest, stdout, stderr)
+	case "preflight":
+		return runPreflight(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version)
 		return nil

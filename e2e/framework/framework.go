@@ -455,8 +455,8 @@ func (e *Env) waitWebhookServing(ctx context.Context) error {
 	var last string
 	for time.Now().Before(deadline) {
 		select {
-		case <-e.appDone:
-			return errors.New("the webhook exited during start-up")
+		case err := <-e.appDone:
+			return fmt.Errorf("the webhook exited during start-up: %v", err)
 		default:
 		}
 		_, stderr, err := e.Kubectl(ctx, probe, "create", "--dry-run=server", "-f", "-")

@@ -198,6 +198,7 @@ func setupWebhooks(mgr ctrl.Manager, o Options, binder *bind.Binder, api runai.A
 	nsGuard := &validate.NamespaceGuard{
 		Keys:    keys,
 		Writers: validate.Writers{User: cfg.WebhookUser, Prefixes: o.TrustedWriterPrefixes},
+		Mover:   binder,
 		Enabled: cfg.RunAIEnable,
 	}
 	srv := mgr.GetWebhookServer()

@@ -9,9 +9,11 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -57,6 +59,8 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("namespace-binding").
+		// Several managers may run in one process (tests, the demo).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		For(&corev1.Namespace{}, builder.WithPredicates(managed, predicate.Funcs{
 			// Label and finalizer changes matter; status churn does not.
 			UpdateFunc: func(e event.UpdateEvent) bool {

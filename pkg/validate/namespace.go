@@ -70,6 +70,34 @@ func DecideNamespaceLabels(keys nsview.Keys, writers Writers, user string, ns, o
 	return allow()
 }
 
+// OnlyRemovesBindingLabels reports whether the change touches the binding
+// labels only by removing them (none added or changed).
+func OnlyRemovesBindingLabels(keys nsview.Keys, ns, old map[string]string) bool {
+	removed := false
+	for _, k := range []string{keys.Queue, nsview.ProjectIDLabel} {
+		nv, nok := ns[k]
+		ov, ook := old[k]
+		switch {
+		case nok && (!ook || nv != ov):
+			return false
+		case ook && !nok:
+			removed = true
+		}
+	}
+	return removed
+}
+
+func withoutKeys(m map[string]string, keys ...string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	for _, k := range keys {
+		delete(out, k)
+	}
+	return out
+}
+
 // Mover moves a namespace's Run:ai project when its department label changes
 // (pkg/bind). It returns warnings for the user, or an error to refuse with.
 type Mover interface {
@@ -98,7 +126,13 @@ func (g *NamespaceGuard) Handle(ctx context.Context, req *admission.Request) adm
 			return admission.Response{Code: http.StatusBadRequest, Reason: ReasonMalformed, Message: "runai-webhook: decoding old namespace: " + err.Error()}
 		}
 	}
-	if v := DecideNamespaceLabels(g.Keys, g.Writers, req.UserInfo.Username, ns.Metadata.Labels, old.Metadata.Labels); !v.Allowed {
+	oldLabels := old.Metadata.Labels
+	if !g.Enabled && OnlyRemovesBindingLabels(g.Keys, ns.Metadata.Labels, oldLabels) {
+		// Leaving Run:ai (seed, "Turning the integration off"): with the
+		// integration off an administrator may remove the binding labels.
+		oldLabels = withoutKeys(oldLabels, g.Keys.Queue, nsview.ProjectIDLabel)
+	}
+	if v := DecideNamespaceLabels(g.Keys, g.Writers, req.UserInfo.Username, ns.Metadata.Labels, oldLabels); !v.Allowed {
 		return admission.Deny(v.Reason, v.Message)
 	}
 	if req.Operation != "UPDATE" || g.Mover == nil || !g.Enabled {
