@@ -20,7 +20,9 @@ package bind
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hopsworks/runai-webhook/pkg/nsview"
@@ -81,7 +84,7 @@ type Observer interface {
 }
 
 // lookupCache keeps Run:ai facts that change rarely, so a first-pod bind
-// costs one project lookup and one create, not five reads.
+// costs the project list and one create, not five more reads.
 type lookupCache struct {
 	mu      sync.Mutex
 	cluster *runai.Cluster
@@ -239,7 +242,7 @@ func (b *Binder) Preview(ctx context.Context, namespace string) (Outcome, error)
 		return Outcome{}, err
 	}
 	if existing != nil {
-		return Outcome{Namespace: namespace, Project: existing.Name, ProjectID: existing.ID, Department: existing.ParentID,
+		return Outcome{Namespace: namespace, Project: existing.Name, ProjectID: existing.ID, Department: b.departmentName(ctx, existing.ParentID, nil),
 			Adopted: !CreatedByUs(*existing, namespace), Ready: existing.Status.Phase == runai.PhaseReady}, nil
 	}
 	hd, err := b.Keys.HopsworksDepartment(ns)
@@ -303,22 +306,25 @@ func NewProjectIndex(projects []runai.Project) *ProjectIndex {
 }
 
 // findBound returns the Run:ai project bound to namespace, nil when none.
-// With an index (the pass) it reads nothing; without one (admission) it
-// looks the namespace's name up, which is where both our projects and
-// nearly all adopted ones are.
+// With an index (the pass) it reads nothing; without one (admission, the
+// namespace controller, Preview) it lists the cluster's projects (all
+// pages). Looking the namespace's name up would be cheaper, but it misses an
+// adoptable project with another name (an admin's "legacy" bound to
+// team-x): the bind would then create a second project for the namespace,
+// and whether Run:ai refuses a second project on a namespace is not
+// documented (API-NOTES §4, Duplicates). A namespace is bound once, so the
+// few list pages are paid once per namespace; bound namespaces cost nothing.
 func (b *Binder) findBound(ctx context.Context, clusterID, namespace string, ix *ProjectIndex) (*runai.Project, error) {
-	var candidates []runai.Project
-	if ix != nil {
-		candidates = ix.ByNamespace[namespace]
-		if p, ok := ix.ByName[namespace]; ok && p.BoundNamespace() != namespace {
-			candidates = append(candidates, p)
-		}
-	} else {
-		list, err := b.RunAI.ListProjects(ctx, clusterID, namespace)
+	if ix == nil {
+		list, err := b.RunAI.ListProjects(ctx, clusterID, "")
 		if err != nil {
-			return nil, fmt.Errorf("looking up Run:ai project %s: %w", namespace, err)
+			return nil, fmt.Errorf("looking up the Run:ai project of namespace %s: %w", namespace, err)
 		}
-		candidates = list
+		ix = NewProjectIndex(list)
+	}
+	candidates := ix.ByNamespace[namespace]
+	if p, ok := ix.ByName[namespace]; ok && p.BoundNamespace() != namespace {
+		candidates = append(candidates, p)
 	}
 	return pickBound(candidates, namespace)
 }
@@ -383,7 +389,7 @@ func (b *Binder) bind(ctx context.Context, namespace string, ix *ProjectIndex) (
 		return Outcome{}, err
 	}
 	if existing != nil {
-		return b.label(ctx, ns, *existing)
+		return b.label(ctx, ns, *existing, b.departmentName(ctx, existing.ParentID, ix))
 	}
 	dept, err := b.mapDepartment(ctx, cluster.UUID, hd, ix)
 	if err != nil {
@@ -426,9 +432,38 @@ func (b *Binder) bind(ctx context.Context, namespace string, ix *ProjectIndex) (
 		return Outcome{}, fmt.Errorf("creating Run:ai project %s in department %s: %w", namespace, dept.Name, err)
 	}
 	created = b.waitReady(ctx, created)
-	out, err := b.label(ctx, ns, created)
-	out.Department = dept.Name
-	return out, err
+	deptName := dept.Name
+	if created.ParentID != dept.ID { // found after a conflict, made elsewhere
+		deptName = b.departmentName(ctx, created.ParentID, ix)
+	}
+	return b.label(ctx, ns, created, deptName)
+}
+
+// departmentName is the name of department id, for an Outcome: from the
+// pass's index or the lookup cache, else one read. When Run:ai does not
+// answer it returns the id: the name is for people, the bind stands.
+func (b *Binder) departmentName(ctx context.Context, id string, ix *ProjectIndex) string {
+	if id == "" {
+		return ""
+	}
+	if ix != nil && ix.DeptByID != nil {
+		if d, ok := ix.DeptByID[id]; ok {
+			return d.Name
+		}
+	}
+	b.cache.mu.Lock()
+	for _, e := range b.cache.depts {
+		if e.ok && e.dept.ID == id && time.Since(e.at) < lookupTTL {
+			b.cache.mu.Unlock()
+			return e.dept.Name
+		}
+	}
+	b.cache.mu.Unlock()
+	d, err := b.RunAI.GetDepartment(ctx, id)
+	if err != nil || d.Name == "" {
+		return id
+	}
+	return d.Name
 }
 
 // NewProjectRequest is the project we create for namespace: named after it,
@@ -488,7 +523,7 @@ func (b *Binder) waitReady(ctx context.Context, p runai.Project) runai.Project {
 // label records the binding on the namespace: the queue label always, the
 // project id only for a project we created. One merge patch, so the labels
 // are never half written.
-func (b *Binder) label(ctx context.Context, ns nsview.Namespace, p runai.Project) (Outcome, error) {
+func (b *Binder) label(ctx context.Context, ns nsview.Namespace, p runai.Project, deptName string) (Outcome, error) {
 	owned := CreatedByUs(p, ns.Name)
 	id := any(nil)
 	if owned {
@@ -500,7 +535,7 @@ func (b *Binder) label(ctx context.Context, ns nsview.Namespace, p runai.Project
 	if err := b.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil {
 		return Outcome{}, fmt.Errorf("labelling namespace %s with %s=%s: %w", ns.Name, b.Keys.Queue, p.Name, err)
 	}
-	out := Outcome{Namespace: ns.Name, Project: p.Name, ProjectID: p.ID, Department: p.ParentID, Adopted: !owned, Ready: p.Status.Phase == runai.PhaseReady}
+	out := Outcome{Namespace: ns.Name, Project: p.Name, ProjectID: p.ID, Department: deptName, Adopted: !owned, Ready: p.Status.Phase == runai.PhaseReady}
 	if owned {
 		b.event(obj, corev1.EventTypeNormal, "Bound", "created Run:ai project %s (id %s) and bound the namespace to it", p.Name, p.ID)
 		b.observe("created")
@@ -519,22 +554,32 @@ func jsonValue(v any) string {
 	return fmt.Sprintf("%q", v)
 }
 
+// addFinalizer adds our finalizer with an optimistic lock (a merge patch of
+// the list would drop another controller's finalizer added meanwhile). A
+// conflict is the normal case when another replica binds the same namespace
+// at the same moment, or labels it: read again and retry, so that replica's
+// concurrent bind does not fail this one.
 func (b *Binder) addFinalizer(ctx context.Context, name string) error {
-	var ns corev1.Namespace
-	if err := b.Reader.Get(ctx, client.ObjectKey{Name: name}, &ns); err != nil {
-		return fmt.Errorf("reading namespace %s: %w", name, err)
-	}
-	for _, f := range ns.Finalizers {
-		if f == Finalizer {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var ns corev1.Namespace
+		if err := b.Reader.Get(ctx, client.ObjectKey{Name: name}, &ns); err != nil {
+			return fmt.Errorf("reading namespace %s: %w", name, err)
+		}
+		if slices.Contains(ns.Finalizers, Finalizer) {
 			return nil
 		}
-	}
-	patch := client.MergeFromWithOptions(ns.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	ns.Finalizers = append(ns.Finalizers, Finalizer)
-	if err := b.Client.Patch(ctx, &ns, patch); err != nil {
+		if ns.DeletionTimestamp != nil {
+			return &Refusal{Message: fmt.Sprintf("namespace %s is being deleted", name)}
+		}
+		patch := client.MergeFromWithOptions(ns.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		ns.Finalizers = append(ns.Finalizers, Finalizer)
+		return b.Client.Patch(ctx, &ns, patch)
+	})
+	var refusal *Refusal
+	if err != nil && !errors.As(err, &refusal) {
 		return fmt.Errorf("adding finalizer %s to namespace %s: %w", Finalizer, name, err)
 	}
-	return nil
+	return err
 }
 
 func (b *Binder) event(obj *corev1.Namespace, kind, reason, format string, a ...any) {
