@@ -5,6 +5,8 @@
 //	reconcile   namespace controller and background pass (leader-elected sidecar)
 //	run         both in one process (local runs, the demo)
 //	certs       write a CA and serving certificate for local runs
+//	gpu         print a namespace's Run:ai GPU view
+//	admin       print the Run:ai admin view (departments and projects)
 //	version     print the version
 package main
 
@@ -56,6 +58,10 @@ Commands:
               delete the Run:ai projects Hopsworks created and unbind the namespaces
   preflight kueue
               list namespaces still bound to Run:ai; fails while any remain
+  gpu -n NAMESPACE [-o table|json]
+              print a namespace's Run:ai GPU view (through the API server, or --server)
+  admin [-o table|json]
+              print the Run:ai admin view: departments and projects and their GPUs
   version     print the version
 
 Run 'runai-webhook <command> --help' for the flags of a command.
@@ -76,6 +82,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runManager(ctx, "run", rest, true, true, stderr)
 	case "certs":
 		return runCerts(rest, stdout, stderr)
+	case "gpu":
+		return runGPU(ctx, rest, stdout, stderr)
+	case "admin":
+		return runAdmin(ctx, rest, stdout, stderr)
 	case "department":
 		return runDepartment(ctx, rest, stdout, stderr)
 	case "leave":

@@ -237,7 +237,9 @@ func (e *Env) startControllerManager(assets string) error {
 		"--kubeconfig="+e.AdminKubeconfig,
 		"--leader-elect=false",
 		"--secure-port=0",
-		"--controllers=namespace,deployment,replicaset,job,garbagecollector",
+		// clusterrole-aggregation fills the built-in view/edit/admin roles
+		// from the chart's aggregated ClusterRoles (the GPU view's access).
+		"--controllers=namespace,deployment,replicaset,job,garbagecollector,clusterrole-aggregation",
 		"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
 		"--kube-api-qps=200", "--kube-api-burst=400",
 	)

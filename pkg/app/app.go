@@ -211,7 +211,7 @@ func setupWebhooks(mgr ctrl.Manager, o Options, binder *bind.Binder, api runai.A
 	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return fmt.Errorf("adding webhook readiness check: %w", err)
 	}
-	return nil
+	return setupAPI(mgr, o, binder, api, keys)
 }
 
 // unavailableSource answers every quota read with "unreachable" when the
