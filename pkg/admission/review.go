@@ -1,8 +1,9 @@
 // Package admission decodes AdmissionReview requests and encodes responses
-// for our handlers. It decodes only the envelope and leaves the object as raw
-// JSON, so each handler decodes just the fields its decision reads; that and
-// building JSON patches directly (no marshal-and-diff) keep the per-review
-// cost well under controller-runtime's generic path (see pkg/mutate benchmarks).
+// for our handlers. It validates the body once and walks it (jsonscan),
+// decoding only the envelope and leaving the object as raw JSON, so each
+// handler decodes just the fields its decision reads; that and building JSON
+// patches directly (no marshal-and-diff) keep the per-review cost well under
+// controller-runtime's generic path (see pkg/mutate benchmarks).
 package admission
 
 import (
@@ -20,6 +21,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hopsworks/runai-webhook/pkg/internal/jsonscan"
 )
 
 // MaxReviewBytes caps a review body. The API server's own request limit is
@@ -27,7 +30,9 @@ import (
 // legitimate review; anything larger is refused before it is read.
 const MaxReviewBytes = 7 << 20
 
-// Request is the part of an AdmissionRequest our handlers read.
+// Request is the part of an AdmissionRequest our handlers read. The json
+// tags are the wire names DecodeReview reads (and what encoding/json would
+// use; the tests check DecodeReview against it).
 type Request struct {
 	UID       string                      `json:"uid"`
 	Kind      metav1.GroupVersionKind     `json:"kind"`
@@ -77,9 +82,14 @@ type PatchOp struct {
 	Value any    `json:"value,omitempty"`
 }
 
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
 // EscapePointer escapes a map key for a JSON pointer (RFC 6901).
 func EscapePointer(s string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+	if !strings.ContainsAny(s, "~/") {
+		return s
+	}
+	return pointerEscaper.Replace(s)
 }
 
 // Handler decides one review. It must not block past ctx.
@@ -90,10 +100,20 @@ type Observer interface {
 	ObserveReview(webhook string, resp Response, took time.Duration)
 }
 
-// DecodeReview reads and checks an AdmissionReview body.
+// DecodeReview reads and checks an AdmissionReview body. The body is
+// validated once, then walked with jsonscan: the object and old object are
+// kept raw (copied) for the handler to decode just what it reads. Keys match
+// exactly, as in the API server's own encoding.
 func DecodeReview(body []byte) (*Request, string, error) {
+	if !jsonscan.Valid(body) {
+		err := json.Unmarshal(body, &struct{}{}) // encoding/json says what is wrong
+		if err == nil {
+			err = jsonscan.ErrMalformed
+		}
+		return nil, "", fmt.Errorf("malformed AdmissionReview: %w", err)
+	}
 	var rv review
-	if err := json.Unmarshal(body, &rv); err != nil {
+	if err := rv.decode(body); err != nil {
 		return nil, "", fmt.Errorf("malformed AdmissionReview: %w", err)
 	}
 	if rv.Kind != "AdmissionReview" {
@@ -109,6 +129,130 @@ func DecodeReview(body []byte) (*Request, string, error) {
 		return nil, "", errors.New("malformed AdmissionReview: request has no uid")
 	}
 	return rv.Request, rv.APIVersion, nil
+}
+
+// decode reads a review from valid JSON as encoding/json would into review.
+func (rv *review) decode(b []byte) error {
+	if jsonscan.IsNull(b) {
+		return nil
+	}
+	if jsonscan.Kind(b) != '{' {
+		return errors.New("an AdmissionReview is a JSON object")
+	}
+	it := jsonscan.Object(b)
+	for it.Next() {
+		k, v := it.Key(), it.Value()
+		var err error
+		switch {
+		case jsonscan.KeyIs(k, "apiVersion"):
+			err = str(v, "apiVersion", &rv.APIVersion)
+		case jsonscan.KeyIs(k, "kind"):
+			err = str(v, "kind", &rv.Kind)
+		case jsonscan.KeyIs(k, "request"):
+			if jsonscan.IsNull(v) {
+				rv.Request = nil
+				continue
+			}
+			if rv.Request == nil {
+				rv.Request = &Request{}
+			}
+			err = rv.Request.decode(v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return it.Err()
+}
+
+func (r *Request) decode(b []byte) error {
+	if jsonscan.Kind(b) != '{' {
+		return errors.New("request: want an object")
+	}
+	it := jsonscan.Object(b)
+	for it.Next() {
+		k, v := it.Key(), it.Value()
+		var err error
+		switch {
+		case jsonscan.KeyIs(k, "uid"):
+			err = str(v, "request.uid", &r.UID)
+		case jsonscan.KeyIs(k, "kind"):
+			err = strFields(v, "request.kind", "group", &r.Kind.Group, "version", &r.Kind.Version, "kind", &r.Kind.Kind)
+		case jsonscan.KeyIs(k, "resource"):
+			err = strFields(v, "request.resource", "group", &r.Resource.Group, "version", &r.Resource.Version, "resource", &r.Resource.Resource)
+		case jsonscan.KeyIs(k, "name"):
+			err = str(v, "request.name", &r.Name)
+		case jsonscan.KeyIs(k, "namespace"):
+			err = str(v, "request.namespace", &r.Namespace)
+		case jsonscan.KeyIs(k, "operation"):
+			err = str(v, "request.operation", &r.Operation)
+		case jsonscan.KeyIs(k, "userInfo"):
+			// Small, and read only by the namespace guard: encoding/json.
+			err = json.Unmarshal(v, &r.UserInfo)
+		case jsonscan.KeyIs(k, "object"):
+			r.Object = append(json.RawMessage(nil), v...)
+		case jsonscan.KeyIs(k, "oldObject"):
+			r.OldObject = append(json.RawMessage(nil), v...)
+		case jsonscan.KeyIs(k, "dryRun"):
+			if jsonscan.IsNull(v) {
+				r.DryRun = nil
+				continue
+			}
+			var d bool
+			if d, err = jsonscan.Bool(v); err != nil {
+				err = errors.New("request.dryRun: want a boolean")
+				break
+			}
+			r.DryRun = &d
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return it.Err()
+}
+
+// str reads a JSON string into dst; null leaves dst alone (as encoding/json).
+func str(v []byte, path string, dst *string) error {
+	if jsonscan.IsNull(v) {
+		return nil
+	}
+	if jsonscan.Kind(v) != '"' {
+		return fmt.Errorf("%s: want a string", path)
+	}
+	s, err := jsonscan.String(v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	*dst = s
+	return nil
+}
+
+// strFields reads an object of three string fields (a GroupVersionKind or
+// GroupVersionResource).
+func strFields(v []byte, path, k1 string, d1 *string, k2 string, d2 *string, k3 string, d3 *string) error {
+	if jsonscan.IsNull(v) {
+		return nil
+	}
+	if jsonscan.Kind(v) != '{' {
+		return fmt.Errorf("%s: want an object", path)
+	}
+	it := jsonscan.Object(v)
+	for it.Next() {
+		var err error
+		switch k := it.Key(); {
+		case jsonscan.KeyIs(k, k1):
+			err = str(it.Value(), path, d1)
+		case jsonscan.KeyIs(k, k2):
+			err = str(it.Value(), path, d2)
+		case jsonscan.KeyIs(k, k3):
+			err = str(it.Value(), path, d3)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return it.Err()
 }
 
 // EncodeResponse builds the AdmissionReview answer for req.
@@ -145,6 +289,8 @@ func reasonFor(code int32) string {
 		return string(metav1.StatusReasonBadRequest)
 	case http.StatusTooManyRequests:
 		return string(metav1.StatusReasonTooManyRequests)
+	case http.StatusInternalServerError:
+		return string(metav1.StatusReasonInternalError)
 	}
 	return ""
 }
@@ -163,6 +309,11 @@ func Serve(name string, h Handler, deadline time.Duration, obs Observer, log log
 		}
 		if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/json" {
 			http.Error(w, fmt.Sprintf("content type %q is not application/json", r.Header.Get("Content-Type")), http.StatusUnsupportedMediaType)
+			return
+		}
+		if r.ContentLength > MaxReviewBytes {
+			// Announced too large: refuse before reading a byte.
+			http.Error(w, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxReviewBytes), http.StatusRequestEntityTooLarge)
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxReviewBytes))

@@ -34,26 +34,26 @@ type Settings struct {
 // message, rather than silently moving a workload. Plan is idempotent: a pod
 // it already planned yields no operations (reinvocationPolicy IfNeeded).
 func Plan(pod *workload.Pod, project, admissionID string, s Settings) []admission.PatchOp {
-	var ops []admission.PatchOp
-	if _, ok := pod.Metadata.Labels[s.QueueLabelKey]; !ok {
+	q, sched, resv := needsQueue(pod, s), needsScheduler(pod), needsReservation(pod, admissionID)
+	if !q && !sched && !resv {
+		return nil
+	}
+	ops := make([]admission.PatchOp, 0, 3)
+	if q {
 		if pod.Metadata.Labels == nil {
 			ops = append(ops, admission.PatchOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{s.QueueLabelKey: project}})
 		} else {
 			ops = append(ops, admission.PatchOp{Op: "add", Path: "/metadata/labels/" + admission.EscapePointer(s.QueueLabelKey), Value: project})
 		}
 	}
-	if sn := pod.Spec.SchedulerName; sn == "" || sn == DefaultScheduler {
+	if sched {
 		ops = append(ops, admission.PatchOp{Op: "add", Path: "/spec/schedulerName", Value: s.SchedulerName})
 	}
-	if admissionID != "" && pod.NonPreemptible() {
-		if g, err := pod.GPURequest(); err == nil && g.Any() {
-			if _, ok := pod.Metadata.Annotations[ReservationAnnotation]; !ok {
-				if pod.Metadata.Annotations == nil {
-					ops = append(ops, admission.PatchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{ReservationAnnotation: admissionID}})
-				} else {
-					ops = append(ops, admission.PatchOp{Op: "add", Path: "/metadata/annotations/" + admission.EscapePointer(ReservationAnnotation), Value: admissionID})
-				}
-			}
+	if resv {
+		if pod.Metadata.Annotations == nil {
+			ops = append(ops, admission.PatchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{ReservationAnnotation: admissionID}})
+		} else {
+			ops = append(ops, admission.PatchOp{Op: "add", Path: "/metadata/annotations/" + admission.EscapePointer(ReservationAnnotation), Value: admissionID})
 		}
 	}
 	return ops
@@ -61,28 +61,45 @@ func Plan(pod *workload.Pod, project, admissionID string, s Settings) []admissio
 
 // Apply returns a copy of pod as it looks after Plan's operations, so the
 // bind webhook can run the guard's checks on the pod it is about to admit.
+// It makes exactly Plan's changes: pod is not modified, and maps Plan would
+// not touch are shared with pod.
 func Apply(pod *workload.Pod, project, admissionID string, s Settings) *workload.Pod {
 	out := *pod
-	out.Metadata.Labels = make(map[string]string, len(pod.Metadata.Labels)+1)
-	for k, v := range pod.Metadata.Labels {
-		out.Metadata.Labels[k] = v
+	if needsQueue(pod, s) {
+		out.Metadata.Labels = withLabel(pod.Metadata.Labels, s.QueueLabelKey, project)
 	}
-	if _, ok := out.Metadata.Labels[s.QueueLabelKey]; !ok {
-		out.Metadata.Labels[s.QueueLabelKey] = project
-	}
-	if sn := out.Spec.SchedulerName; sn == "" || sn == DefaultScheduler {
+	if needsScheduler(pod) {
 		out.Spec.SchedulerName = s.SchedulerName
 	}
-	if admissionID != "" {
-		out.Metadata.Annotations = make(map[string]string, len(pod.Metadata.Annotations)+1)
-		for k, v := range pod.Metadata.Annotations {
-			out.Metadata.Annotations[k] = v
-		}
-		if _, ok := out.Metadata.Annotations[ReservationAnnotation]; !ok && out.NonPreemptible() {
-			out.Metadata.Annotations[ReservationAnnotation] = admissionID
-		}
+	if needsReservation(pod, admissionID) {
+		out.Metadata.Annotations = withLabel(pod.Metadata.Annotations, ReservationAnnotation, admissionID)
 	}
 	return &out
+}
+
+// needsQueue: the pod has no queue label. One it chose is never overwritten.
+func needsQueue(pod *workload.Pod, s Settings) bool {
+	_, ok := pod.Metadata.Labels[s.QueueLabelKey]
+	return !ok
+}
+
+// needsScheduler: the pod chose no scheduler (or the API server's default).
+func needsScheduler(pod *workload.Pod) bool {
+	sn := pod.Spec.SchedulerName
+	return sn == "" || sn == DefaultScheduler
+}
+
+// needsReservation: a non-preemptible pod that asks for GPUs and carries no
+// reservation id yet. A malformed GPU request gets none: the guard refuses it.
+func needsReservation(pod *workload.Pod, admissionID string) bool {
+	if admissionID == "" || !pod.NonPreemptible() {
+		return false
+	}
+	if _, ok := pod.Metadata.Annotations[ReservationAnnotation]; ok {
+		return false
+	}
+	g, err := pod.GPURequest()
+	return err == nil && g.Any()
 }
 
 // describe says in words what ops do, for dry-run warnings.

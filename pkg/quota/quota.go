@@ -136,8 +136,13 @@ func (t *Tracker) state(ns string) *nsState {
 }
 
 // held sums the GPUs the namespace's non-preemptible pods hold, plus live
-// reservations of pods the cache has not seen yet. Caller holds s.mu.
-func (t *Tracker) held(s *nsState, ns string, now time.Time) float64 {
+// reservations of pods the cache has not seen yet, except own: the
+// reservation of the pod being checked. A pod is checked twice under the same
+// key when the bind webhook admits the first pod of a namespace and the guard
+// webhook then sees it with the reservation annotation the bind webhook set;
+// counting its own reservation would refuse a pod that fits exactly.
+// Caller holds s.mu.
+func (t *Tracker) held(s *nsState, ns, own string, now time.Time) float64 {
 	seen := map[string]bool{}
 	total := 0.0
 	for _, p := range t.Pods.HeldNonPreemptible(ns) {
@@ -149,6 +154,9 @@ func (t *Tracker) held(s *nsState, ns string, now time.Time) float64 {
 	for k, r := range s.reservations {
 		if seen[k] || now.After(r.expires) {
 			delete(s.reservations, k)
+			continue
+		}
+		if k == own {
 			continue
 		}
 		total += r.gpus
@@ -163,7 +171,7 @@ func (t *Tracker) Check(ctx context.Context, r Request) Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := t.now()
-	held := t.held(s, r.Namespace, now)
+	held := t.held(s, r.Namespace, r.Key, now)
 
 	q, err := t.Source.ProjectQuota(ctx, r.Namespace, r.Project, r.ProjectID, false)
 	if err != nil {
@@ -178,8 +186,14 @@ func (t *Tracker) Check(ctx context.Context, r Request) Result {
 		}
 		d = Decide(r.Project, q.Deserved, math.Max(held, q.AllocatedNonPreemptible), r.Asks)
 	}
-	if d.Fits && !r.DryRun && r.Key != "" {
-		s.reservations[r.Key] = reservation{gpus: r.Asks, expires: now.Add(t.ReserveFor)}
+	if !r.DryRun && r.Key != "" {
+		if d.Fits {
+			s.reservations[r.Key] = reservation{gpus: r.Asks, expires: now.Add(t.ReserveFor)}
+		} else {
+			// A pod refused now is not created: drop what an earlier check
+			// of it (the bind webhook's) reserved.
+			delete(s.reservations, r.Key)
+		}
 	}
 	return Result{Checked: true, Decision: d, Held: held, Quota: q}
 }

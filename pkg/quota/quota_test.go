@@ -143,3 +143,25 @@ func TestTrackerUsesRunAIAllocationWhenHigher(t *testing.T) {
 	res := tr.Check(context.Background(), Request{Namespace: "ns", Project: "p", Asks: 1, DryRun: true})
 	assert.False(t, res.Decision.Fits)
 }
+
+// The bind webhook checks (and reserves for) the first pod of a namespace,
+// then the guard webhook checks the same pod under the same reservation key:
+// the pod must not be counted against itself.
+func TestTrackerSameKeyIsNotCountedTwice(t *testing.T) {
+	now := time.Now()
+	src := &fakeSource{q: ProjectQuota{Deserved: 1, ReadAt: now}}
+	tr := &Tracker{Source: src, Pods: fakePods{}, MaxAge: time.Hour, ReserveFor: time.Minute, Now: func() time.Time { return now }}
+	ctx := context.Background()
+	require.True(t, tr.Check(ctx, Request{Namespace: "ns", Project: "p", Asks: 1, Key: "bind-uid"}).Decision.Fits, "bind webhook")
+	res := tr.Check(ctx, Request{Namespace: "ns", Project: "p", Asks: 1, Key: "bind-uid"})
+	assert.True(t, res.Decision.Fits, "guard webhook, same pod: %s", res.Decision.Message)
+	assert.Equal(t, 0.0, res.Held)
+	// Another pod still sees the reservation.
+	assert.False(t, tr.Check(ctx, Request{Namespace: "ns", Project: "p", Asks: 1, Key: "other"}).Decision.Fits)
+
+	// A pod refused on its second check gives its reservation back.
+	src.q.Deserved = 0.5 // an admin lowered the quota in between
+	assert.False(t, tr.Check(ctx, Request{Namespace: "ns", Project: "p", Asks: 1, Key: "bind-uid"}).Decision.Fits)
+	src.q.Deserved = 1
+	assert.True(t, tr.Check(ctx, Request{Namespace: "ns", Project: "p", Asks: 1, Key: "other"}).Decision.Fits, "the refused pod's reservation is gone")
+}

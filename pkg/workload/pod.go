@@ -73,15 +73,6 @@ type Container struct {
 	Resources     corev1.ResourceRequirements    `json:"resources,omitempty"`
 }
 
-// Decode reads a pod from its JSON form.
-func Decode(raw []byte) (*Pod, error) {
-	var p Pod
-	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, fmt.Errorf("decoding pod: %w", err)
-	}
-	return &p, nil
-}
-
 // FromCore converts a typed pod (from a cache or a client) to the admission view.
 func FromCore(p *corev1.Pod) *Pod {
 	out := &Pod{Metadata: PodMeta{
@@ -185,7 +176,7 @@ func (p *Pod) GPURequest() (GPUs, error) {
 		if err != nil {
 			return g, err
 		}
-		app += v
+		app = addSat(app, v)
 	}
 	var sidecars, initMax int64
 	for _, c := range p.Spec.InitContainers {
@@ -194,12 +185,12 @@ func (p *Pod) GPURequest() (GPUs, error) {
 			return g, err
 		}
 		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			app += v
-			sidecars += v
+			app = addSat(app, v)
+			sidecars = addSat(sidecars, v)
 			initMax = max(initMax, sidecars)
 			continue
 		}
-		initMax = max(initMax, v+sidecars)
+		initMax = max(initMax, addSat(v, sidecars))
 	}
 	g.Whole = max(app, initMax)
 
@@ -226,4 +217,14 @@ func (p *Pod) GPURequest() (GPUs, error) {
 	}
 	g.Fraction = f * float64(devices)
 	return g, nil
+}
+
+// addSat adds two non-negative GPU counts, saturating at MaxInt64: a sum
+// that wrapped around would turn an absurd request into "no GPUs" and let
+// the pod past the scheduler and quota rules.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

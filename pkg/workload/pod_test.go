@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -52,6 +53,8 @@ func TestGPURequest(t *testing.T) {
 		{name: "devices without fraction", containers: []Container{{Name: "a"}}, annotations: map[string]string{GPUFractionDevices: "2"}, wantErr: "without gpu-fraction"},
 		{name: "fraction and whole gpus", containers: []Container{gpuContainer("a", "1", "")}, annotations: map[string]string{GPUFractionAnnotation: "0.5"}, wantErr: "one or the other"},
 		{name: "fractional resource quantity", containers: []Container{gpuContainer("a", "500m", "")}, wantErr: "whole number of GPUs"},
+		{name: "huge counts saturate instead of wrapping to no GPUs", containers: []Container{gpuContainer("a", "5e18", ""), gpuContainer("b", "5e18", "")}, want: GPUs{Whole: math.MaxInt64}},
+		{name: "huge sidecar plus init step saturates", containers: []Container{{Name: "a"}}, init: []Container{sidecar(gpuContainer("s", "5e18", "")), gpuContainer("i", "5e18", "")}, want: GPUs{Whole: math.MaxInt64}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package mutate_test
+
+const raceEnabled = false
