@@ -14,7 +14,7 @@ export HELM_DATA_HOME := $(BIN)/helm/data
 export RUNAI_OPENAPI ?= $(abspath $(ROOT)/../shared/runai/openapi.json)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test unit e2e lint bench chaos fuzz demo manifests testbin e2e-kind image clean help
+.PHONY: all build test unit e2e lint bench chaos fuzz demo manifests testbin testbin-certmanager e2e-certmanager e2e-kind image clean help
 
 all: build
 
@@ -27,6 +27,9 @@ build: ## build the webhook and the Run:ai simulator into bin/
 
 testbin: ## build etcd, kube-apiserver, kube-controller-manager, kubectl and helm into bin/k8s (14 min cold, seconds warm)
 	@hack/testbin.sh
+
+testbin-certmanager: ## build cert-manager's controller and cainjector (v1.11.5) into bin/k8s (4 min cold, seconds warm)
+	@hack/testbin.sh certmanager
 
 manifests: testbin ## render the Helm chart's default install into manifests/install.yaml
 	$(HELM) template runai-webhook manifests/chart --namespace runai-webhook > manifests/install.yaml
@@ -45,6 +48,9 @@ test: testbin lint ## everything: unit, contract, chart and end-to-end tests
 e2e: testbin ## end-to-end suite against a local control plane
 	$(GO) test -count=1 -timeout 20m -v ./e2e/... 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e:)|^\s+\S+_test.go'; exit $${PIPESTATUS[0]}
 
+e2e-certmanager: testbin testbin-certmanager ## the chart's Issuer and Certificate with a real cert-manager (controller + cainjector) on the local control plane
+	$(GO) test -count=1 -timeout 10m -tags certmanager -run 'CertManager' -v ./e2e/ 2>&1 | tee $(BIN)/e2e-certmanager.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|e2e:)|^\s+\S+_test.go'; exit $${PIPESTATUS[0]}
+
 bench: testbin ## benchmarks against baselines in the same run; writes bench/REPORT.md
 	$(GO) run ./bench
 
@@ -57,11 +63,11 @@ fuzz: ## run every fuzzer for FUZZTIME (default 20s)
 demo: testbin build ## the story, end to end, on a local control plane and the Run:ai simulator
 	$(GO) run ./e2e/demo
 
-e2e-kind: image ## the same suite on kind (needs Docker): cluster, image, cert-manager, chart
-	hack/e2e-kind.sh
+e2e-kind: ## the suite on kind (needs a Docker engine): cluster, image, cert-manager, chart, USE_EXISTING_CLUSTER=true
+	IMAGE=ghcr.io/hopsworks/runai-webhook:$(VERSION) hack/e2e-kind.sh
 
 image: ## container image (needs Docker)
-	docker build -t ghcr.io/hopsworks/runai-webhook:$(VERSION) .
+	docker build -t ghcr.io/hopsworks/runai-webhook:$(VERSION) --build-arg VERSION=$(VERSION) .
 
 clean:
 	rm -rf $(BIN)/runai-webhook $(BIN)/runai-sim

@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -18,7 +19,18 @@ import (
 // env is the shared test bed; each test works in its own namespaces.
 var env *framework.Env
 
+// kindTests run on an existing cluster (USE_EXISTING_CLUSTER=true,
+// hack/e2e-kind.sh) unless -run says otherwise: those that need only the API
+// server, the in-cluster webhook and its Run:ai (the simulator runs as a
+// sidecar there), not the in-process simulator, controller or metrics.
+const kindTests = "^(TestManagedNamespaceAndPodThroughInstalledWebhooks|TestEscapesRefused|TestNotebookOverQuotaRefusedJobAdmitted|" +
+	"TestDeploymentOfNotebooksStopsAtQuota|TestDeploymentPodAdmittedLikeBarePod|TestUserCannotRelabelNamespace)$"
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if run := flag.Lookup("test.run"); framework.UseExistingCluster() && run != nil && run.Value.String() == "" {
+		_ = run.Value.Set(kindTests)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	var err error
 	env, err = framework.Start(ctx, framework.Options{
@@ -46,6 +58,6 @@ func Seed() runaitest.Seed {
 	return runaitest.Seed{
 		ClientID: framework.ClientID, ClientSecret: framework.ClientSecret,
 		Departments: []runaitest.DepartmentSeed{{Name: "research"}, {Name: "vision"}},
-		Projects: []runaitest.ProjectSeed{{Name: "legacy-team", Department: "vision", Namespace: "e2e-adopted", DeservedGPUs: 1}},
+		Projects:    []runaitest.ProjectSeed{{Name: "legacy-team", Department: "vision", Namespace: "e2e-adopted", DeservedGPUs: 1}},
 	}
 }

@@ -5,12 +5,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -103,9 +106,9 @@ func TestInstalledWebhookConfigurationsFollowThePolicy(t *testing.T) {
 // its policy: each case breaks the loaded objects one way.
 func TestPolicyGuardCatchesBrokenConfigurations(t *testing.T) {
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(m *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration)
-		want  string
+		want   string
 	}{
 		{"bind loses its namespace exclusions", func(m *admissionregistrationv1.MutatingWebhookConfiguration, _ *admissionregistrationv1.ValidatingWebhookConfiguration) {
 			sel := m.Webhooks[0].NamespaceSelector
@@ -163,4 +166,52 @@ func TestPolicyGuardCatchesBrokenConfigurations(t *testing.T) {
 			assert.Contains(t, strings.Join(msgs, "\n"), tt.want)
 		})
 	}
+}
+
+// certManager.enabled=false: the webhook manages its certificates. The chart
+// passes the rotator's flags, creates the empty Secret it may only update
+// (kept on uninstall), grants exactly that, mounts only the serving pair,
+// and leaves cert-manager out.
+func TestBuiltInCertificatesWithoutCertManager(t *testing.T) {
+	out, stderr, err := helm(t, "template", "rel", "chart", "--namespace", "ns", "--set", "certManager.enabled=false")
+	require.NoError(t, err, stderr)
+	for _, arg := range []string{"--cert-rotation=true", "--cert-secret=rel-runai-webhook-tls", "--webhook-config-name=rel-runai-webhook",
+		"--service-name=rel-runai-webhook", "--service-namespace=ns", "--cert-dir=/etc/runai-webhook/tls"} {
+		assert.Contains(t, out, "- "+arg+"\n", arg)
+	}
+	assert.NotContains(t, out, "cert-manager.io")
+	assert.Contains(t, out, "{key: tls.crt, path: tls.crt}")
+	assert.NotContains(t, out, "ca.key", "the CA's key is never mounted")
+	objs, err := framework.DecodeObjects([]byte(out))
+	require.NoError(t, err)
+	var secrets []*corev1.Secret
+	var role *rbacv1.Role
+	for _, o := range objs {
+		switch v := o.(type) {
+		case *corev1.Secret:
+			secrets = append(secrets, v)
+		case *rbacv1.Role:
+			role = v
+		}
+	}
+	require.Len(t, secrets, 1)
+	assert.Equal(t, "rel-runai-webhook-tls", secrets[0].Name)
+	assert.Equal(t, "ns", secrets[0].Namespace)
+	assert.Empty(t, secrets[0].Data, "the rotator fills it")
+	assert.Equal(t, "keep", secrets[0].Annotations["helm.sh/resource-policy"])
+	require.NotNil(t, role)
+	var named []string
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "secrets") {
+			assert.NotContains(t, r.Verbs, "create", "Secrets are never created by the webhook")
+			named = append(named, r.ResourceNames...)
+		}
+	}
+	assert.Equal(t, []string{"rel-runai-webhook-tls"}, named)
+
+	// The default install has none of it.
+	def, _, err := helm(t, "template", "rel", "chart", "--namespace", "ns")
+	require.NoError(t, err)
+	assert.NotContains(t, def, "--cert-rotation")
+	assert.NotContains(t, def, "resource-policy")
 }

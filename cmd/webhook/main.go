@@ -112,6 +112,11 @@ func runManager(ctx context.Context, name string, args []string, serve, reconcil
 	fs.StringVar(&o.WebhookHost, "webhook-host", "", "address the admission server listens on (empty: all)")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the admission server")
 	fs.StringVar(&o.CertDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "folder with tls.crt and tls.key (reloaded when they change)")
+	fs.BoolVar(&o.CertRotation, "cert-rotation", false, "manage a CA and serving certificate in --cert-secret and inject the CA into the webhook configurations (without cert-manager); the Secret must be mounted at --cert-dir")
+	fs.StringVar(&o.CertSecretName, "cert-secret", "", "Secret (in --service-namespace) holding the CA and serving certificate when --cert-rotation is on")
+	fs.StringVar(&o.WebhookConfigName, "webhook-config-name", "", "name of the Mutating and Validating webhook configurations to inject the CA into (--cert-rotation)")
+	serviceName := fs.String("service-name", "", "Service in front of the webhook; the certificate is valid for <name>.<namespace>.svc[.cluster.local] (--cert-rotation)")
+	fs.StringVar(&o.CertSecretNamespace, "service-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Service and the Secret (default: $POD_NAMESPACE)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of /metrics (0 disables)")
 	fs.StringVar(&o.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz (0 disables)")
 	fs.BoolVar(&o.LeaderElection, "leader-elect", reconcile && !serve, "elect one active reconciler among replicas")
@@ -140,6 +145,13 @@ func runManager(ctx context.Context, name string, args []string, serve, reconcil
 	if err != nil {
 		return fmt.Errorf("loading Kubernetes client configuration: %w", err)
 	}
+	if o.CertRotation && serve {
+		if o.CertSecretName == "" || o.WebhookConfigName == "" || *serviceName == "" || o.CertSecretNamespace == "" {
+			return errors.New("--cert-rotation needs --cert-secret, --webhook-config-name, --service-name and --service-namespace (or $POD_NAMESPACE)")
+		}
+		svc := *serviceName + "." + o.CertSecretNamespace + ".svc"
+		o.CertDNSNames = []string{svc, svc + ".cluster.local"}
+	}
 	o.Config, o.RestConfig, o.Log = cfg, rc, log
 	for _, p := range strings.Split(*trusted, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -147,7 +159,8 @@ func runManager(ctx context.Context, name string, args []string, serve, reconcil
 		}
 	}
 	log.Info("starting", "command", name, "version", version, "runAIEnable", cfg.RunAIEnable, "runAIURL", cfg.RunAIURL,
-		"defaultDepartment", cfg.DefaultDepartment, "projectGPUQuota", cfg.ProjectGPUQuota, "reconcileInterval", cfg.ReconcileInterval.String())
+		"defaultDepartment", cfg.DefaultDepartment, "projectGPUQuota", cfg.ProjectGPUQuota, "reconcileInterval", cfg.ReconcileInterval.String(),
+		"certRotation", o.CertRotation && serve)
 	return app.Run(ctx, o)
 }
 

@@ -5,6 +5,20 @@
 // to the API server through the production webhook configurations rendered
 // into manifests/install.yaml (only clientConfig is rewritten). The same
 // package drives the suite on kind (USE_EXISTING_CLUSTER=true) and the demo.
+//
+// On an existing cluster (USE_EXISTING_CLUSTER=true, hack/e2e-kind.sh) the
+// harness starts nothing: the API server, controllers, cert-manager and the
+// webhook (the image, installed with the chart) are the cluster's, the webhook
+// configurations are the chart's with cert-manager's injected CA, and Start
+// only waits for the in-cluster webhook to answer through the API server.
+// There is no in-process Run:ai simulator (Sim is nil; the script runs
+// runai-sim as a sidecar of the webhook pod) and no in-process controller
+// (Controller is nil); users other than the admin are impersonated. What this
+// path covers that the local bed cannot: the container image (static,
+// distroless, non-root, read-only root file system), the chart's Deployment,
+// Service, RBAC, NetworkPolicy and probes on a real kubelet, cert-manager's
+// issuance and CA injection, and admission through Service routing. See
+// kindTests in e2e/main_test.go for the tests that run there.
 package framework
 
 import (
@@ -67,6 +81,16 @@ type Options struct {
 	WebhookLog io.Writer
 	// NoControllerManager skips kube-controller-manager.
 	NoControllerManager bool
+	// CertRotation runs the webhook as the chart does with
+	// certManager.enabled=false: the harness renders the chart that way
+	// (RBAC, the empty Secret), writes no certificate, installs the webhook
+	// configurations with a URL but no caBundle, and plays kubelet by
+	// projecting the Secret into the cert dir; the webhook's rotator fills
+	// the Secret and injects its CA. The webhook runs `serve` only, as in
+	// its container (no reconcile controller: Controller stays nil). The
+	// URL host is localhost, because the rotator's certificates carry DNS
+	// names only.
+	CertRotation bool
 }
 
 // Env is a running test bed.
@@ -83,6 +107,18 @@ type Env struct {
 	Dir             string
 	// Controller is the webhook's reconcile controller; Pass runs a pass now.
 	Controller *bind.Controller
+	// HealthURL serves /healthz and /readyz (CertRotation only).
+	HealthURL string
+	// NotReadyChecks are the readiness checks seen failing before the
+	// webhook became ready, and ReadyAfter how long that took from its start
+	// (CertRotation only).
+	NotReadyChecks []string
+	ReadyAfter     time.Duration
+	// Existing: running against an existing cluster (USE_EXISTING_CLUSTER=true).
+	Existing bool
+	// WebhookStarts counts the in-process webhook's starts (a restart would
+	// make it 2).
+	WebhookStarts int
 
 	log       io.Writer
 	kcm       *exec.Cmd
@@ -92,6 +128,13 @@ type Env struct {
 	ctlCh     chan *bind.Controller
 	mu        sync.Mutex
 	stopped   bool
+
+	// objs are the manifests installed (rendered chart or install.yaml).
+	objs           []client.Object
+	certRotation   bool
+	stopProjector  context.CancelFunc
+	projectorDone  chan struct{}
+	webhookStarted time.Time
 }
 
 func (e *Env) logf(format string, a ...any) {
@@ -154,8 +197,18 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if e.Dir, err = os.MkdirTemp("", "runai-webhook-e2e-"); err != nil {
 		return nil, err
 	}
+	if UseExistingCluster() {
+		if o.CertRotation {
+			return nil, errors.New("CertRotation starts its own control plane; it does not run against an existing cluster")
+		}
+		if err = e.startExisting(ctx, o); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
 	start := time.Now()
-	e.Test = &envtest.Environment{BinaryAssetsDirectory: assets}
+	local := false
+	e.Test = &envtest.Environment{BinaryAssetsDirectory: assets, UseExistingCluster: &local}
 	e.Test.ControlPlane.GetAPIServer().Configure().
 		Set("advertise-address", "127.0.0.1").
 		Set("endpoint-reconciler-type", "none")
@@ -181,8 +234,21 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	}
 	e.logf("Run:ai simulator on %s", e.Sim.URL())
 
+	if o.CertRotation {
+		e.certRotation = true
+		data, err := e.RenderChart("certManager.enabled=false")
+		if err != nil {
+			return nil, err
+		}
+		if e.objs, err = DecodeObjects(data); err != nil {
+			return nil, err
+		}
+	}
 	if err = e.installRBAC(ctx); err != nil {
 		return nil, err
+	}
+	if o.CertRotation {
+		e.startSecretProjector(client.ObjectKey{Namespace: ReleaseNamespace, Name: ReleaseName + "-tls"})
 	}
 	if err = e.startWebhook(ctx, o); err != nil {
 		return nil, err
@@ -190,23 +256,39 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if err = e.installWebhookConfigurations(ctx); err != nil {
 		return nil, err
 	}
+	if o.CertRotation {
+		// As kubelet gates the Service's endpoints: no review before ready.
+		if err = e.waitReady(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err = e.waitWebhookServing(ctx); err != nil {
 		return nil, err
 	}
-	e.Controller = <-e.ctlCh
+	if !o.CertRotation {
+		e.Controller = <-e.ctlCh
+	}
 	e.logf("test bed up in %s", time.Since(start).Round(time.Millisecond))
 	return e, nil
 }
 
 // writeKubeconfig provisions user and writes a kubeconfig for kubectl.
 func (e *Env) writeKubeconfig(file string, u envtest.User) (string, error) {
-	au, err := e.Test.AddUser(u, nil)
-	if err != nil {
-		return "", fmt.Errorf("provisioning user %s: %w", u.Name, err)
-	}
-	kc, err := au.KubeConfig()
-	if err != nil {
-		return "", err
+	var kc []byte
+	if e.Existing {
+		// No CA to sign client certificates with: impersonate the user.
+		var err error
+		if kc, err = kubeconfigFor(e.Admin, u); err != nil {
+			return "", err
+		}
+	} else {
+		au, err := e.Test.AddUser(u, nil)
+		if err != nil {
+			return "", fmt.Errorf("provisioning user %s: %w", u.Name, err)
+		}
+		if kc, err = au.KubeConfig(); err != nil {
+			return "", err
+		}
 	}
 	path := filepath.Join(e.Dir, file+".kubeconfig")
 	return path, os.WriteFile(path, kc, 0o600)
@@ -220,6 +302,11 @@ func (e *Env) UserKubeconfig(name string, groups ...string) (string, error) {
 
 // UserConfig provisions a user and returns its REST config.
 func (e *Env) UserConfig(name string, groups ...string) (*rest.Config, error) {
+	if e.Existing {
+		c := rest.CopyConfig(e.Admin)
+		c.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: groups}
+		return c, nil
+	}
 	au, err := e.Test.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 	if err != nil {
 		return nil, err
@@ -262,21 +349,21 @@ func (e *Env) installRBAC(ctx context.Context) error {
 	if err := e.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", ReleaseNamespace, err)
 	}
-	objs, err := e.InstallObjects()
+	objs, err := e.manifests()
 	if err != nil {
 		return err
 	}
 	n := 0
 	for _, o := range objs {
 		switch o.(type) {
-		case *corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding:
+		case *corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding, *corev1.Secret:
 			if err := e.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("applying %T %s from manifests/install.yaml: %w", o, o.GetName(), err)
+				return fmt.Errorf("applying %T %s from %s: %w", o, o.GetName(), e.manifestSource(), err)
 			}
 			n++
 		}
 	}
-	e.logf("applied %d RBAC objects from manifests/install.yaml", n)
+	e.logf("applied %d RBAC objects from %s", n, e.manifestSource())
 	return nil
 }
 
@@ -318,6 +405,8 @@ func DecodeObjects(data []byte) ([]client.Object, error) {
 			obj = &rbacv1.Role{}
 		case "RoleBinding":
 			obj = &rbacv1.RoleBinding{}
+		case "Secret":
+			obj = &corev1.Secret{}
 		case "MutatingWebhookConfiguration":
 			obj = &admissionregistrationv1.MutatingWebhookConfiguration{}
 		case "ValidatingWebhookConfiguration":
@@ -342,13 +431,20 @@ func freePort() (int, error) {
 }
 
 func (e *Env) startWebhook(ctx context.Context, o Options) error {
-	pair, err := certs.Generate([]string{"127.0.0.1"}, 24*time.Hour)
-	if err != nil {
-		return err
-	}
 	e.CertDir = filepath.Join(e.Dir, "tls")
-	if err := pair.Write(e.CertDir); err != nil {
-		return err
+	if o.CertRotation {
+		// Empty, like the optional mount of the chart's empty Secret.
+		if err := os.MkdirAll(e.CertDir, 0o700); err != nil {
+			return err
+		}
+	} else {
+		pair, err := certs.Generate([]string{"127.0.0.1"}, 24*time.Hour)
+		if err != nil {
+			return err
+		}
+		if err := pair.Write(e.CertDir); err != nil {
+			return err
+		}
 	}
 	secretFile := filepath.Join(e.Dir, "client-secret")
 	if err := os.WriteFile(secretFile, []byte(ClientSecret+"\n"), 0o600); err != nil {
@@ -385,14 +481,29 @@ func (e *Env) startWebhook(ctx context.Context, o Options) error {
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancelApp, e.appDone, e.ctlCh = cancel, make(chan error, 1), make(chan *bind.Controller, 1)
 	e.WebhookURL = "https://127.0.0.1:" + strconv.Itoa(port)
-	go func() {
-		e.appDone <- app.Run(appCtx, app.Options{
-			Config: cfg, RestConfig: rc, Serve: true, Reconcile: true,
-			WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: e.CertDir,
-			MetricsAddr: "0", HealthAddr: "0", GracefulShutdown: 2 * time.Second,
-			Log: log, OnController: func(c *bind.Controller) { e.ctlCh <- c },
-		})
-	}()
+	ao := app.Options{
+		Config: cfg, RestConfig: rc, Serve: true, Reconcile: true,
+		WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: e.CertDir,
+		MetricsAddr: "0", HealthAddr: "0", GracefulShutdown: 2 * time.Second,
+		Log: log, OnController: func(c *bind.Controller) { e.ctlCh <- c },
+	}
+	if o.CertRotation {
+		hp, err := freePort()
+		if err != nil {
+			return err
+		}
+		e.WebhookURL = "https://localhost:" + strconv.Itoa(port)
+		e.HealthURL = "http://127.0.0.1:" + strconv.Itoa(hp)
+		ao.HealthAddr = "127.0.0.1:" + strconv.Itoa(hp)
+		ao.Reconcile, ao.OnController = false, nil
+		ao.CertRotation = true
+		ao.CertSecretNamespace, ao.CertSecretName = ReleaseNamespace, ReleaseName+"-tls"
+		ao.WebhookConfigName = ReleaseName
+		ao.CertDNSNames = []string{"localhost"}
+	}
+	e.WebhookStarts++
+	e.webhookStarted = time.Now()
+	go func() { e.appDone <- app.Run(appCtx, ao) }()
 	e.logf("webhook serving on %s as user %s", e.WebhookURL, WebhookUser)
 	return nil
 }
@@ -401,16 +512,18 @@ func (e *Env) startWebhook(ctx context.Context, o Options) error {
 // from manifests/install.yaml and rewrites only clientConfig: the service
 // becomes the local URL and the CA bundle the local CA.
 func (e *Env) installWebhookConfigurations(ctx context.Context) error {
-	objs, err := e.InstallObjects()
+	objs, err := e.manifests()
 	if err != nil {
 		return err
 	}
 	if errs := CheckWebhookConfigurations(objs, e.Config.ProjectLabel, e.Config.QueueLabelKey); len(errs) > 0 {
 		return fmt.Errorf("manifests/install.yaml breaks the admission policy: %w", errors.Join(errs...))
 	}
-	ca, err := os.ReadFile(filepath.Join(e.CertDir, "ca.crt"))
-	if err != nil {
-		return err
+	var ca []byte // CertRotation: none, the webhook's rotator injects it
+	if !e.certRotation {
+		if ca, err = os.ReadFile(filepath.Join(e.CertDir, "ca.crt")); err != nil {
+			return err
+		}
 	}
 	n := 0
 	for _, o := range objs {
@@ -430,7 +543,7 @@ func (e *Env) installWebhookConfigurations(ctx context.Context) error {
 			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
 		}
 		n++
-		e.logf("loaded %T %s from manifests/install.yaml (clientConfig rewritten to %s)", o, o.GetName(), e.WebhookURL)
+		e.logf("loaded %T %s from %s (clientConfig rewritten to %s)", o, o.GetName(), e.manifestSource(), e.WebhookURL)
 	}
 	if n != 2 {
 		return fmt.Errorf("manifests/install.yaml holds %d webhook configurations, want 2", n)
@@ -512,6 +625,10 @@ func (e *Env) Stop() error {
 			errs = append(errs, errors.New("the webhook did not stop within 10s"))
 		}
 	}
+	if e.stopProjector != nil {
+		e.stopProjector()
+		<-e.projectorDone
+	}
 	if e.kcm != nil && e.kcm.Process != nil {
 		_ = syscall.Kill(-e.kcm.Process.Pid, syscall.SIGTERM)
 		select {
@@ -542,4 +659,3 @@ func (e *Env) KubeconfigBytes() ([]byte, error) { return os.ReadFile(e.AdminKube
 func RestConfigFrom(path string) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", path)
 }
-

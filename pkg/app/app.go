@@ -58,6 +58,14 @@ type Options struct {
 	WebhookHost string
 	WebhookPort int
 	CertDir     string
+	// CertRotation: the server manages its own CA and certificate in the
+	// Secret CertSecretNamespace/CertSecretName (mounted at CertDir), valid
+	// for CertDNSNames, and injects the CA into the webhook configurations
+	// named WebhookConfigName (see certs.go).
+	CertRotation                        bool
+	CertSecretNamespace, CertSecretName string
+	WebhookConfigName                   string
+	CertDNSNames                        []string
 	// MetricsAddr and HealthAddr ("0" disables).
 	MetricsAddr, HealthAddr string
 	// LeaderElection for the reconcile part; its lease lives in LeaderElectionNamespace.
@@ -136,6 +144,9 @@ func New(o Options) (ctrl.Manager, error) {
 	mgr, err := ctrl.NewManager(o.RestConfig, mopts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if _, err := setupCertRotation(mgr, o); err != nil {
+		return nil, err
 	}
 	api := o.RunAI
 	if api == nil && cfg.RunAIEnable {
