@@ -36,6 +36,7 @@ import (
 	"github.com/hopsworks/runai-webhook/pkg/nsview"
 	"github.com/hopsworks/runai-webhook/pkg/quota"
 	"github.com/hopsworks/runai-webhook/pkg/runai"
+	"github.com/hopsworks/runai-webhook/pkg/runaiwatch"
 	"github.com/hopsworks/runai-webhook/pkg/validate"
 )
 
@@ -221,6 +222,13 @@ func setupWebhooks(mgr ctrl.Manager, o Options, binder *bind.Binder, api runai.A
 	srv.Register(PathNamespaces, admission.Serve("namespaces", nsGuard.Handle, 28*time.Second, obs, log))
 	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return fmt.Errorf("adding webhook readiness check: %w", err)
+	}
+	if cfg.RunAIEnable {
+		// Run:ai's own admission webhooks gate every pod of a bound
+		// namespace: report their availability (metric, log) beside ours.
+		if err := mgr.Add(&runaiwatch.Watcher{Reader: mgr.GetAPIReader(), Log: o.Log.WithName("runai-admission"), Report: metrics.SetRunAIAdmission}); err != nil {
+			return fmt.Errorf("adding the Run:ai admission watcher: %w", err)
+		}
 	}
 	return setupAPI(mgr, o, binder, api, keys)
 }
