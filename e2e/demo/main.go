@@ -151,7 +151,7 @@ func run() error {
 	}
 	fmt.Printf("    Run:ai: project %s (id %s) now in department %s with %v deserved GPUs\n", p.Name, p.ID, dept, p.Resources[0].DeservedGPU())
 
-	d.say("GPU view: what Run:ai says about team-a's project (default node pool)")
+	d.say("GPU view: what a member of team-a sees of its Run:ai project (default node pool), through Kubernetes authentication and authorization")
 	if err := gpuView(d, "team-a"); err != nil {
 		return err
 	}
