@@ -105,6 +105,8 @@ type Env struct {
 	WebhookURL      string
 	CertDir         string
 	Dir             string
+	// AuditLog is the API server's audit log of the webhook user's requests.
+	AuditLog string
 	// Controller is the webhook's reconcile controller; Pass runs a pass now.
 	Controller *bind.Controller
 	// HealthURL serves /healthz and /readyz (CertRotation only).
@@ -209,9 +211,19 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	start := time.Now()
 	local := false
 	e.Test = &envtest.Environment{BinaryAssetsDirectory: assets, UseExistingCluster: &local}
+	// The audit log records every request of the webhook's user, so the RBAC
+	// test can compare the chart's rules with what the suite used.
+	policy := filepath.Join(e.Dir, "audit-policy.yaml")
+	e.AuditLog = filepath.Join(e.Dir, "audit.log")
+	if err = os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+		return nil, err
+	}
 	e.Test.ControlPlane.GetAPIServer().Configure().
 		Set("advertise-address", "127.0.0.1").
-		Set("endpoint-reconciler-type", "none")
+		Set("endpoint-reconciler-type", "none").
+		Set("audit-policy-file", policy).
+		Set("audit-log-path", e.AuditLog).
+		Set("audit-log-format", "json")
 	if e.Admin, err = e.Test.Start(); err != nil {
 		return nil, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
 	}
@@ -271,6 +283,16 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	e.logf("test bed up in %s", time.Since(start).Round(time.Millisecond))
 	return e, nil
 }
+
+// auditPolicy logs the metadata of the webhook user's requests, nothing else.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: ["` + WebhookUser + `"]
+- level: None
+`
 
 // writeKubeconfig provisions user and writes a kubeconfig for kubectl.
 func (e *Env) writeKubeconfig(file string, u envtest.User) (string, error) {
@@ -486,6 +508,9 @@ func (e *Env) startWebhook(ctx context.Context, o Options) error {
 		WebhookHost: "127.0.0.1", WebhookPort: port, CertDir: e.CertDir,
 		MetricsAddr: "0", HealthAddr: "0", GracefulShutdown: 2 * time.Second,
 		Log: log, OnController: func(c *bind.Controller) { e.ctlCh <- c },
+		// As in the chart's reconcile container: the controller leads
+		// through a Lease in the release namespace.
+		LeaderElection: true, LeaderElectionNamespace: ReleaseNamespace,
 	}
 	if o.CertRotation {
 		hp, err := freePort()
