@@ -54,8 +54,11 @@ e2e-certmanager: testbin testbin-certmanager ## the chart's Issuer and Certifica
 bench: testbin ## benchmarks against baselines in the same run; writes bench/REPORT.md
 	$(GO) run ./bench
 
-chaos: testbin ## long fault, chaos and fuzz runs
-	$(GO) test -count=1 -timeout 60m -tags chaos -v ./e2e/... 2>&1 | tee $(BIN)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|chaos:)'
+chaos: testbin ## the full fault matrix, two replicas under load with a kill and an API server restart, then every fuzzer for CHAOS_FUZZTIME (default 10s)
+	@set -o pipefail; $(GO) test -count=1 -timeout 60m -tags chaos -run 'Chaos|FaultMatrixFull' -v ./e2e/ 2>&1 | tee $(BIN)/chaos.log \
+		| grep -E '^(--- |PASS|FAIL|ok)|(matrix|chaos|KNOWN BUG)'; e2e=$$?; \
+	hack/fuzz.sh $${CHAOS_FUZZTIME:-10s} 2>&1 | tee $(BIN)/fuzz.log | grep -E '^fuzz:'; fuzz=$${PIPESTATUS[0]}; \
+	echo "chaos: e2e exit $$e2e, fuzz exit $$fuzz (logs: bin/chaos.log, bin/fuzz.log, bin/fuzz/)"; exit $$(( e2e || fuzz ))
 
 fuzz: ## run every fuzzer for FUZZTIME (default 20s)
 	@hack/fuzz.sh $${FUZZTIME:-20s}

@@ -76,6 +76,8 @@ type Binder struct {
 
 	flight singleflight.Group
 	cache  lookupCache
+	// moved remembers finished department moves (move.go).
+	moved sync.Map // namespace -> movedEntry
 }
 
 // Observer is told of each bind outcome.
@@ -389,6 +391,15 @@ func (b *Binder) bind(ctx context.Context, namespace string, ix *ProjectIndex) (
 		return Outcome{}, err
 	}
 	if existing != nil {
+		if CreatedByUs(*existing, namespace) {
+			// Ours (an earlier bind created it and was cut before the
+			// label, or the namespace was deleted and made again): the
+			// namespace must carry the finalizer that deletes it with the
+			// namespace, as if this bind had created it.
+			if err := b.addFinalizer(ctx, namespace); err != nil {
+				return Outcome{}, err
+			}
+		}
 		return b.label(ctx, ns, *existing, b.departmentName(ctx, existing.ParentID, ix))
 	}
 	dept, err := b.mapDepartment(ctx, cluster.UUID, hd, ix)

@@ -34,6 +34,9 @@ const (
 	StatusUnreachable = "RUN_AI_UNREACHABLE"
 )
 
+// reconcileWorkers is how many namespaces the controller handles at once.
+const reconcileWorkers = 4
+
 // Controller binds new managed namespaces right away, deletes the projects we
 // created when their namespace goes, and runs the background pass. It runs
 // in the `reconcile` sidecar under leader election, so one replica acts.
@@ -60,7 +63,11 @@ func (c *Controller) SetupWithManager(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("namespace-binding").
 		// Several managers may run in one process (tests, the demo).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		// Several workers: a reconcile may wait on a slow Run:ai for up to
+		// half a minute (a bind, or a deletion waiting for the project to
+		// go), and with one worker every other namespace would wait behind
+		// it. A namespace is never reconciled by two workers at once.
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true), MaxConcurrentReconciles: reconcileWorkers}).
 		For(&corev1.Namespace{}, builder.WithPredicates(managed, predicate.Funcs{
 			// Label and finalizer changes matter; status churn does not.
 			UpdateFunc: func(e event.UpdateEvent) bool {

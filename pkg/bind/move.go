@@ -63,6 +63,26 @@ func DecideMove(bound, owned bool, p runai.Project, from, to runai.Department, a
 // moveTimeout bounds a move inside the namespace webhook (timeout 30 s).
 const moveTimeout = 27 * time.Second
 
+// restoreReserve is the part of a move's time kept for the way back: the
+// forward steps (delete, wait, create in the new department) stop this long
+// before the move's deadline, so that with a slow Run:ai the project can
+// still be created again in its old department, instead of the restore
+// running on an expired context (or the webhook answering after the API
+// server gave up and refused the label change of a move that happened).
+const restoreReserve = 9 * time.Second
+
+// movedMemoTTL is how long a finished move is remembered. Our own write of
+// the ownership label makes the API server's first attempt at the label
+// change conflict; it retries the PATCH and calls the webhook again, which
+// must then answer "done" at once: a Run:ai read there, with Run:ai slow,
+// could push the request past the webhook timeout.
+const movedMemoTTL = 2 * time.Minute
+
+type movedEntry struct {
+	projectID, deptID string
+	at                time.Time
+}
+
 // Move implements validate.Mover: it moves namespace's Run:ai project when
 // its Hopsworks department changes from fromDept to toDept ("" = default),
 // before the API server records the label change. On dryRun it only says
@@ -134,6 +154,11 @@ func (b *Binder) planMove(ctx context.Context, namespace, fromDept, toDept strin
 	}
 	bound := b.Keys.BoundProject(ns) != ""
 	id := b.Keys.OwnedProjectID(ns)
+	if m, ok := b.moved.Load(namespace); ok && bound && id != "" && from.ID != to.ID {
+		if e := m.(movedEntry); e.projectID == id && e.deptID == to.ID && time.Since(e.at) < movedMemoTTL {
+			return MovePlan{Action: MoveNothingDone, From: from, To: to}, nil
+		}
+	}
 	var p runai.Project
 	if bound && id != "" {
 		if p, err = b.RunAI.GetProject(ctx, id); err != nil {
@@ -176,29 +201,51 @@ func (b *Binder) activePods(ctx context.Context, namespace string) ([]string, er
 // refuses the move.
 func (b *Binder) recreate(ctx context.Context, namespace string, plan MovePlan) ([]string, error) {
 	old := plan.Project
-	if err := b.RunAI.DeleteProject(ctx, old.ID); err != nil {
-		return nil, fmt.Errorf("moving Run:ai project %s: deleting it failed, nothing changed: %w", old.Name, err)
+	fwd, cancel := ctx, context.CancelFunc(func() {})
+	if dl, ok := ctx.Deadline(); ok {
+		fwd, cancel = context.WithDeadline(ctx, dl.Add(-restoreReserve))
 	}
-	if err := b.RunAI.WaitProjectGone(ctx, old.ID); err != nil {
+	defer cancel()
+	if err := b.RunAI.DeleteProject(fwd, old.ID); err != nil {
+		// The delete may have happened with its answer lost: look before
+		// saying that nothing changed.
+		switch b.projectState(ctx, old.ID) {
+		case projectPresent:
+			return nil, fmt.Errorf("moving Run:ai project %s: deleting it failed, nothing changed: %w", old.Name, err)
+		case projectUnknown:
+			return nil, b.restore(ctx, namespace, plan, fmt.Errorf("deleting it: %w", err))
+		}
+		b.Log.Info("the delete of a moving project reported an error, but the project is gone; going on", "namespace", namespace, "project", old.Name, "error", err.Error())
+	}
+	if err := b.RunAI.WaitProjectGone(fwd, old.ID); err != nil {
 		// The delete was accepted; restoring is the safe way back.
 		return nil, b.restore(ctx, namespace, plan, fmt.Errorf("waiting for the deletion: %w", err))
 	}
-	cluster, err := b.Cluster(ctx)
+	cluster, err := b.Cluster(fwd)
 	if err != nil {
 		return nil, b.restore(ctx, namespace, plan, err)
 	}
-	pool, err := b.NodePool(ctx, cluster.UUID)
+	pool, err := b.NodePool(fwd, cluster.UUID)
 	if err != nil {
 		return nil, b.restore(ctx, namespace, plan, err)
 	}
-	created, err := b.RunAI.CreateProject(ctx, NewProjectRequest(cluster.UUID, plan.To.ID, namespace, pool, 0))
+	created, err := b.RunAI.CreateProject(fwd, NewProjectRequest(cluster.UUID, plan.To.ID, namespace, pool, 0))
+	if err != nil {
+		// A create whose answer was lost (or cut by the deadline) may have
+		// happened: then the move is done.
+		if p, ok := b.findOwn(ctx, cluster.UUID, namespace); ok && p.ParentID == plan.To.ID {
+			b.Log.Info("the create of a moving project reported an error, but it exists in the new department", "namespace", namespace, "project", p.Name, "error", err.Error())
+			created, err = p, nil
+		}
+	}
 	if err != nil {
 		return nil, b.restore(ctx, namespace, plan, err)
 	}
-	created = b.waitReady(ctx, created)
+	created = b.waitReady(fwd, created)
 	if err := b.relabelID(ctx, namespace, created.ID); err != nil {
 		return nil, err
 	}
+	b.moved.Store(namespace, movedEntry{projectID: created.ID, deptID: plan.To.ID, at: time.Now()})
 	b.observe("moved")
 	b.Log.Info("moved Run:ai project", "namespace", namespace, "project", created.Name, "from", plan.From.Name, "to", plan.To.Name, "oldID", old.ID, "newID", created.ID)
 	return []string{fmt.Sprintf("runai-webhook: moved Run:ai project %s from department %s to department %s (deleted and created again, new id %s) with no GPU quota; re-add the project's GPU quota and access rules in Run:ai",
@@ -216,14 +263,24 @@ func (b *Binder) restore(ctx context.Context, namespace string, plan MovePlan, c
 	}
 	restored, err := b.RunAI.CreateProject(ctx, req)
 	if err != nil {
+		// Its answer lost, or the project never went away: look.
+		if p, ok := b.findOwn(ctx, old.ClusterID, namespace); ok && p.ParentID == plan.From.ID {
+			restored, err = p, nil
+		}
+	}
+	if err != nil {
 		b.observe("failed")
 		return fmt.Errorf("moving Run:ai project %s to department %s failed (%v), and creating it again in department %s failed too (%v); the background pass will bind the namespace again",
 			old.Name, plan.To.Name, cause, plan.From.Name, err)
 	}
+	b.observe("failed")
+	if restored.ID == old.ID {
+		return fmt.Errorf("moving Run:ai project %s to department %s failed: %v; the project was not deleted, nothing changed, and the department label was not changed",
+			old.Name, plan.To.Name, cause)
+	}
 	if err := b.relabelID(ctx, namespace, restored.ID); err != nil {
 		return err
 	}
-	b.observe("failed")
 	return fmt.Errorf("moving Run:ai project %s to department %s failed: %v; it was created again in department %s with its old quota and scheduling settings (its access rules were not restored), and the department label was not changed",
 		old.Name, plan.To.Name, cause, plan.From.Name)
 }
@@ -237,4 +294,48 @@ func (b *Binder) relabelID(ctx context.Context, namespace, id string) error {
 		return fmt.Errorf("recording the new Run:ai project id %s on namespace %s: %w", id, namespace, err)
 	}
 	return nil
+}
+
+// projectState is what a re-read says of a project after a failed call.
+type projectState int
+
+const (
+	projectUnknown projectState = iota // the re-read failed too
+	projectPresent
+	projectGone // not found, or being deleted
+)
+
+func (b *Binder) projectState(ctx context.Context, id string) projectState {
+	p, err := b.RunAI.GetProject(ctx, id)
+	switch {
+	case runai.IsNotFound(err):
+		return projectGone
+	case err != nil:
+		return projectUnknown
+	case p.Status.Phase == runai.PhaseDeleting || p.Status.Phase == runai.PhaseDeleted:
+		return projectGone
+	}
+	return projectPresent
+}
+
+// findOwn returns the project we created for namespace, if Run:ai has it.
+func (b *Binder) findOwn(ctx context.Context, clusterID, namespace string) (runai.Project, bool) {
+	if clusterID == "" {
+		c, err := b.Cluster(ctx)
+		if err != nil {
+			return runai.Project{}, false
+		}
+		clusterID = c.UUID
+	}
+	list, err := b.RunAI.ListProjects(ctx, clusterID, namespace)
+	if err != nil {
+		return runai.Project{}, false
+	}
+	for _, p := range list {
+		if p.Name == namespace && CreatedByUs(p, namespace) && p.BoundNamespace() == namespace &&
+			p.Status.Phase != runai.PhaseDeleting && p.Status.Phase != runai.PhaseDeleted {
+			return p, true
+		}
+	}
+	return runai.Project{}, false
 }

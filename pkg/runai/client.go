@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -469,7 +470,9 @@ func (c *Client) FreeGPUs(ctx context.Context, clusterID, nodePoolName string) (
 			Message: fmt.Sprintf("no FREE_GPUS value for node pool %q (%d values)", nodePoolName, len(tr.Values))}
 	}
 	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil {
+	// ParseFloat takes "NaN" and "Inf"; neither is a number of GPUs (and
+	// neither survives JSON encoding in the GPU view).
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, &Error{Kind: KindUnknown, Op: op, Message: fmt.Sprintf("FREE_GPUS value %q is not a number", truncate(v, 64))}
 	}
 	return f, nil

@@ -91,8 +91,13 @@ func idempotent(method string) bool {
 	return false
 }
 
-// parseRetryAfter reads a Retry-After header: delta seconds or an HTTP date.
-// It returns 0 when the header is absent, malformed or in the past.
+// maxRetryAfter caps what a server may ask us to wait, whichever form it
+// uses (a date decades ahead is as absurd as that many seconds).
+const maxRetryAfter = 24 * time.Hour
+
+// parseRetryAfter reads a Retry-After header: delta seconds or an HTTP date,
+// capped at a day. It returns 0 when the header is absent, malformed or in
+// the past.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -102,14 +107,14 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 		if secs <= 0 {
 			return 0
 		}
-		if secs > int64(24*time.Hour/time.Second) {
-			secs = int64(24 * time.Hour / time.Second)
+		if secs > int64(maxRetryAfter/time.Second) {
+			secs = int64(maxRetryAfter / time.Second)
 		}
 		return time.Duration(secs) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		if d := t.Sub(now); d > 0 {
-			return d
+			return min(d, maxRetryAfter)
 		}
 	}
 	return 0

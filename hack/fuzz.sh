@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs every Go fuzzer of the module for a while and prints one summary line
+# per fuzzer with its executions, then the total.
+#
+#   hack/fuzz.sh [FUZZTIME]     FUZZTIME as go test -fuzztime takes it (default 20s)
+#
+# Fuzzers are found with `go test -list 'Fuzz.*'` over every package except
+# the end-to-end suite (its TestMain starts a control plane even to list).
+# Each runs alone: go test -run '^$' -fuzz '^Name$' -fuzztime FUZZTIME ./pkg/x
+# (Go fuzzes one target per invocation). A failure leaves its input under the
+# package's testdata/fuzz/Name/, as go test says; the script goes on with the
+# other fuzzers and exits non-zero at the end. Logs: bin/fuzz/<Name>.log.
+set -uo pipefail
+
+fuzztime=${1:-20s}
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+GO=${GO:-go}
+logdir="$root/bin/fuzz"
+mkdir -p "$logdir"
+
+mapfile -t pkgs < <($GO list ./... | grep -v '/e2e')
+if [ ${#pkgs[@]} -eq 0 ]; then
+	echo "fuzz: no packages found" >&2
+	exit 1
+fi
+
+# `go test -list` prints the matching names of a package, then its
+# "ok <pkg> <time>" line (or "? <pkg> [no test files]").
+targets=()
+names=()
+while IFS= read -r line; do
+	case "$line" in
+	Fuzz*) names+=("$line") ;;
+	ok*)
+		pkg=$(awk '{print $2}' <<<"$line")
+		for n in "${names[@]}"; do targets+=("$pkg $n"); done
+		names=()
+		;;
+	FAIL* | "# "*)
+		echo "fuzz: listing failed: $line" >&2
+		names=()
+		;;
+	*) ;;
+	esac
+done < <($GO test -list 'Fuzz.*' "${pkgs[@]}" 2>&1)
+
+if [ ${#targets[@]} -eq 0 ]; then
+	echo "fuzz: no fuzzers found" >&2
+	exit 1
+fi
+echo "fuzz: ${#targets[@]} fuzzers, ${fuzztime} each"
+
+total=0
+failed=0
+summary=()
+for t in "${targets[@]}"; do
+	read -r pkg name <<<"$t"
+	log="$logdir/$name.log"
+	start=$(date +%s)
+	$GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" >"$log" 2>&1
+	rc=$?
+	took=$(($(date +%s) - start))
+	# The last progress line holds the run's executions:
+	#   fuzz: elapsed: 20s, execs: 123456 (6172/sec), new interesting: 3 (total: 12)
+	execs=$(grep -Eo 'fuzz: elapsed: [^,]+, execs: [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$')
+	execs=${execs:-0}
+	total=$((total + execs))
+	result=PASS
+	if [ $rc -ne 0 ]; then
+		result=FAIL
+		failed=$((failed + 1))
+	fi
+	line=$(printf 'fuzz: %-4s %-32s %-50s execs=%-10s (%ss wall, log %s)' "$result" "$name" "${pkg#github.com/hopsworks/runai-webhook/}" "$execs" "$took" "${log#"$root"/}")
+	echo "$line"
+	summary+=("$line")
+	if [ $rc -ne 0 ]; then
+		grep -E -- '--- FAIL|Failing input|testdata/fuzz|panic:|_test.go:[0-9]+:' "$log" | head -20 | sed 's/^/fuzz:     /'
+	fi
+done
+echo "fuzz: total ${#targets[@]} fuzzers, ${total} executions, ${failed} failed"
+[ $failed -eq 0 ]
