@@ -111,9 +111,12 @@ func TestAdoptedProjectNeverMovedReportsDrift(t *testing.T) {
 	_, stderr := kubectlOK(t, "", "label", "ns", ns, deptLabel+"=research", "--overwrite")
 	assert.Contains(t, stderr, "was adopted, not created by Hopsworks")
 	assert.Equal(t, writes, env.Sim.CountWrites(), "an adopted project is never touched")
-	res, err := env.Controller.Pass(context.Background())
-	require.NoError(t, err)
-	assert.GreaterOrEqual(t, res.Drift, 1)
+	// The pass reads namespaces from the controller's cache, which sees the
+	// label change a moment after kubectl returns.
+	require.Eventually(t, func() bool {
+		res, err := env.Controller.Pass(context.Background())
+		return err == nil && res.Drift >= 1
+	}, 10*time.Second, 200*time.Millisecond, "the pass reports the adopted project's drift")
 	assert.Contains(t, getNamespace(t, ns).Annotations["runai-webhook.hopsworks.ai/status"], "RUN_AI_DEPARTMENT_DRIFT")
 	assert.Equal(t, "default", deptName(project(t, "their-project").ParentID))
 }

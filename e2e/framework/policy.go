@@ -20,14 +20,22 @@ type WebhookPolicy struct {
 	SideEffects   admissionregistrationv1.SideEffectClass
 	MaxTimeout    int32
 	QueueLabel    metav1.LabelSelectorOperator // Exists, DoesNotExist, or "" (not constrained)
+	// ByObject: the webhook selects namespaces by their own labels
+	// (objectSelector, matched on the old or the new object), so removing
+	// the label cannot escape it; the namespaceSelector only excludes by name.
+	ByObject bool
+	// ProjectLabel is what the selector says of the project label
+	// (Exists for managed namespaces; DoesNotExist for the label guard).
+	ProjectLabel metav1.LabelSelectorOperator
 }
 
 // Policies by webhook name.
 var Policies = map[string]WebhookPolicy{
-	"bind.runai-webhook.hopsworks.ai":       {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun, 15, metav1.LabelSelectorOpDoesNotExist},
-	"inject.runai-webhook.hopsworks.ai":     {admissionregistrationv1.Ignore, admissionregistrationv1.SideEffectClassNone, 5, metav1.LabelSelectorOpExists},
-	"pods.runai-webhook.hopsworks.ai":       {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, 15, metav1.LabelSelectorOpExists},
-	"namespaces.runai-webhook.hopsworks.ai": {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun, 30, ""},
+	"bind.runai-webhook.hopsworks.ai":            {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun, 15, metav1.LabelSelectorOpDoesNotExist, false, metav1.LabelSelectorOpExists},
+	"inject.runai-webhook.hopsworks.ai":          {admissionregistrationv1.Ignore, admissionregistrationv1.SideEffectClassNone, 5, metav1.LabelSelectorOpExists, false, metav1.LabelSelectorOpExists},
+	"pods.runai-webhook.hopsworks.ai":            {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, 15, metav1.LabelSelectorOpExists, false, metav1.LabelSelectorOpExists},
+	"namespaces.runai-webhook.hopsworks.ai":      {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun, 30, "", true, metav1.LabelSelectorOpExists},
+	"namespacelabels.runai-webhook.hopsworks.ai": {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, 5, metav1.LabelSelectorOpExists, true, metav1.LabelSelectorOpDoesNotExist},
 }
 
 // CheckWebhookConfigurations returns every way the webhook configurations
@@ -37,7 +45,7 @@ var Policies = map[string]WebhookPolicy{
 func CheckWebhookConfigurations(objs []client.Object, projectLabel, queueLabel string) []error {
 	var errs []error
 	seen := map[string]bool{}
-	check := func(name string, fp *admissionregistrationv1.FailurePolicyType, se *admissionregistrationv1.SideEffectClass, timeout *int32, sel *metav1.LabelSelector) {
+	check := func(name string, fp *admissionregistrationv1.FailurePolicyType, se *admissionregistrationv1.SideEffectClass, timeout *int32, sel, objSel *metav1.LabelSelector) {
 		seen[name] = true
 		want, ok := Policies[name]
 		if !ok {
@@ -53,17 +61,25 @@ func CheckWebhookConfigurations(objs []client.Object, projectLabel, queueLabel s
 		if timeout == nil || *timeout > want.MaxTimeout {
 			errs = append(errs, fmt.Errorf("webhook %s: timeoutSeconds %v, want at most %d", name, deref(timeout), want.MaxTimeout))
 		}
-		errs = append(errs, checkSelector(name, sel, projectLabel, queueLabel, want.QueueLabel)...)
+		labels := sel
+		if want.ByObject {
+			if objSel == nil {
+				errs = append(errs, fmt.Errorf("webhook %s: no objectSelector: it must select namespaces by their own labels", name))
+				return
+			}
+			labels = objSel
+		}
+		errs = append(errs, checkSelector(name, sel, labels, projectLabel, queueLabel, want)...)
 	}
 	for _, o := range objs {
 		switch w := o.(type) {
 		case *admissionregistrationv1.MutatingWebhookConfiguration:
 			for _, h := range w.Webhooks {
-				check(h.Name, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds, h.NamespaceSelector)
+				check(h.Name, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds, h.NamespaceSelector, h.ObjectSelector)
 			}
 		case *admissionregistrationv1.ValidatingWebhookConfiguration:
 			for _, h := range w.Webhooks {
-				check(h.Name, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds, h.NamespaceSelector)
+				check(h.Name, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds, h.NamespaceSelector, h.ObjectSelector)
 			}
 		}
 	}
@@ -75,30 +91,33 @@ func CheckWebhookConfigurations(objs []client.Object, projectLabel, queueLabel s
 	return errs
 }
 
-func checkSelector(name string, sel *metav1.LabelSelector, projectLabel, queueLabel string, queueOp metav1.LabelSelectorOperator) []error {
+func checkSelector(name string, sel, labels *metav1.LabelSelector, projectLabel, queueLabel string, want WebhookPolicy) []error {
 	if sel == nil {
 		return []error{fmt.Errorf("webhook %s: no namespaceSelector: it would see every namespace, kube-system included", name)}
 	}
 	var errs []error
 	var managed, queue bool
+	for _, r := range labels.MatchExpressions {
+		switch {
+		case r.Key == projectLabel && r.Operator == want.ProjectLabel:
+			managed = true
+		case r.Key == queueLabel && r.Operator == want.QueueLabel:
+			queue = true
+		}
+	}
 	excluded := map[string]bool{}
 	for _, r := range sel.MatchExpressions {
-		switch {
-		case r.Key == projectLabel && r.Operator == metav1.LabelSelectorOpExists:
-			managed = true
-		case r.Key == queueLabel && r.Operator == queueOp:
-			queue = true
-		case r.Key == "kubernetes.io/metadata.name" && r.Operator == metav1.LabelSelectorOpNotIn:
+		if r.Key == "kubernetes.io/metadata.name" && r.Operator == metav1.LabelSelectorOpNotIn {
 			for _, v := range r.Values {
 				excluded[v] = true
 			}
 		}
 	}
 	if !managed {
-		errs = append(errs, fmt.Errorf("webhook %s: namespaceSelector does not require %s", name, projectLabel))
+		errs = append(errs, fmt.Errorf("webhook %s: selector does not say %s %s", name, projectLabel, want.ProjectLabel))
 	}
-	if queueOp != "" && !queue {
-		errs = append(errs, fmt.Errorf("webhook %s: namespaceSelector does not say %s %s", name, queueLabel, queueOp))
+	if want.QueueLabel != "" && !queue {
+		errs = append(errs, fmt.Errorf("webhook %s: selector does not say %s %s", name, queueLabel, want.QueueLabel))
 	}
 	for _, ns := range ExcludedNamespaces {
 		if !excluded[ns] {

@@ -332,7 +332,10 @@ func Serve(name string, h Handler, deadline time.Duration, obs Observer, log log
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), deadline)
+		// The review's own deadline, not the server's lifetime: at shutdown
+		// controller-runtime cancels the base context of every request, and a
+		// review in flight must finish (drain), not be refused as canceled.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), deadline)
 		defer cancel()
 		resp := safeCall(ctx, h, req, log)
 		out, err := EncodeResponse(req.UID, resp)

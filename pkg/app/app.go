@@ -46,6 +46,9 @@ const (
 	PathInject     = "/mutate-pods-inject"
 	PathPodGuard   = "/validate-pods"
 	PathNamespaces = "/validate-namespaces"
+	// PathNamespaceLabels guards the binding labels of namespaces that are
+	// not (or no longer) Hopsworks projects: no moves, labels only.
+	PathNamespaceLabels = "/validate-namespace-labels"
 )
 
 // Options configure one process.
@@ -129,9 +132,12 @@ func New(o Options) (ctrl.Manager, error) {
 		LeaderElectionID:        "runai-webhook-reconcile",
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
 		GracefulShutdownTimeout: &o.GracefulShutdown,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Transform: kube.StripPod(cfg.QueueLabelKey)},
-		}},
+		Cache: cache.Options{
+			// Nothing reads managed fields: ~4 MiB less heap per 10,000 namespaces.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}: {Transform: kube.StripPod(cfg.QueueLabelKey)},
+			}},
 	}
 	if o.Serve {
 		mopts.WebhookServer = webhook.NewServer(webhook.Options{
@@ -220,6 +226,8 @@ func setupWebhooks(mgr ctrl.Manager, o Options, binder *bind.Binder, api runai.A
 	srv.Register(PathInject, admission.Serve("inject", inject.Handle, 2*time.Second, obs, log))
 	srv.Register(PathPodGuard, admission.Serve("guard", guard.Handle, 8*time.Second, obs, log))
 	srv.Register(PathNamespaces, admission.Serve("namespaces", nsGuard.Handle, 28*time.Second, obs, log))
+	labelGuard := &validate.NamespaceGuard{Keys: nsGuard.Keys, Writers: nsGuard.Writers, Enabled: nsGuard.Enabled}
+	srv.Register(PathNamespaceLabels, admission.Serve("namespace-labels", labelGuard.Handle, 2*time.Second, obs, log))
 	if err := mgr.AddReadyzCheck("webhook", srv.StartedChecker()); err != nil {
 		return fmt.Errorf("adding webhook readiness check: %w", err)
 	}

@@ -62,6 +62,15 @@ func DecideNamespaceLabels(keys nsview.Keys, writers Writers, user string, ns, o
 			"user %s may not %s: the Run:ai binding labels %s and %s are written only by runai-webhook (they decide which Run:ai quota the namespace's pods use); use `runai-webhook leave` to unbind",
 			user, what, keys.Queue, nsview.ProjectIDLabel)
 	}
+	if _, had := old[keys.Project]; had {
+		if _, has := ns[keys.Project]; !has {
+			if q := old[keys.Queue]; q != "" {
+				return deny(ReasonBindingLabels,
+					"user %s may not remove %s from a namespace bound to Run:ai project %s: it would take the namespace out of runai-webhook's guard while Run:ai still queues its pods there; use `runai-webhook leave` to unbind",
+					user, keys.Project, q)
+			}
+		}
+	}
 	if v, ok := ns[keys.Department]; ok && v != "" && !config.ValidDepartmentName(v) {
 		return deny(ReasonBadDepartment,
 			"label %s=%q breaks the department naming rule: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit",

@@ -196,9 +196,26 @@ func gpuList(b []byte, path string, dst *corev1.ResourceList) error {
 	}
 	var q resource.Quantity
 	found := false
+	var mig corev1.ResourceList
 	it := jsonscan.Object(b)
 	for it.Next() {
-		if !jsonscan.KeyIs(it.Key(), string(GPUResource)) {
+		key := it.Key()
+		if !jsonscan.KeyIs(key, string(GPUResource)) {
+			// MIG slices (nvidia.com/mig-<profile>) are GPUs too.
+			if len(key) > len(MIGResourcePrefix)+1 && string(key[1:1+len(MIGResourcePrefix)]) == MIGResourcePrefix {
+				name, err := jsonscan.String(key)
+				if err != nil {
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				var mq resource.Quantity
+				if err := mq.UnmarshalJSON(it.Value()); err != nil {
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				if mig == nil {
+					mig = corev1.ResourceList{}
+				}
+				mig[corev1.ResourceName(name)] = mq
+			}
 			continue
 		}
 		if err := q.UnmarshalJSON(it.Value()); err != nil {
@@ -212,9 +229,12 @@ func gpuList(b []byte, path string, dst *corev1.ResourceList) error {
 	if err := it.Err(); err != nil {
 		return err
 	}
-	*dst = nil
+	*dst = mig
 	if found {
-		*dst = corev1.ResourceList{GPUResource: q}
+		if *dst == nil {
+			*dst = corev1.ResourceList{}
+		}
+		(*dst)[GPUResource] = q
 	}
 	return nil
 }

@@ -136,13 +136,40 @@ func (p *Pod) Terminated() bool {
 type GPUs struct {
 	Whole    int64   // nvidia.com/gpu, as Kubernetes counts the pod's effective request
 	Fraction float64 // gpu-fraction × gpu-fraction-num-devices
+	// MIG counts MIG slices (nvidia.com/mig-<profile>) over all containers.
+	// A MIG slice is a GPU for the scheduler rule (it must not escape
+	// runai-scheduler), but it is not counted against deserved GPUs here:
+	// its share of a GPU depends on the profile, and Run:ai accounts it.
+	MIG int64
 }
 
 // Total is the pod's GPU demand in GPUs, as Run:ai accounts it.
 func (g GPUs) Total() float64 { return float64(g.Whole) + g.Fraction }
 
 // Any reports whether the pod asks for GPUs at all.
-func (g GPUs) Any() bool { return g.Whole > 0 || g.Fraction > 0 }
+func (g GPUs) Any() bool { return g.Whole > 0 || g.Fraction > 0 || g.MIG > 0 }
+
+// MIGResourcePrefix starts the extended resources of NVIDIA MIG slices.
+const MIGResourcePrefix = "nvidia.com/mig-"
+
+// migSlices sums a container's MIG slices (limits, else requests).
+func migSlices(c Container) int64 {
+	var n int64
+	for _, rl := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
+		var m int64
+		for name, q := range rl {
+			if strings.HasPrefix(string(name), MIGResourcePrefix) {
+				if v, ok := q.AsInt64(); ok && v > 0 {
+					m = addSat(m, v)
+				} else if q.Sign() > 0 {
+					m = addSat(m, 1)
+				}
+			}
+		}
+		n = max(n, m)
+	}
+	return n
+}
 
 // GPURequest returns the pod's GPU demand. Whole GPUs follow Kubernetes'
 // effective-request rule: the larger of the app containers plus restartable
@@ -193,6 +220,12 @@ func (p *Pod) GPURequest() (GPUs, error) {
 		initMax = max(initMax, addSat(v, sidecars))
 	}
 	g.Whole = max(app, initMax)
+	for _, c := range p.Spec.Containers {
+		g.MIG = addSat(g.MIG, migSlices(c))
+	}
+	for _, c := range p.Spec.InitContainers {
+		g.MIG = addSat(g.MIG, migSlices(c))
+	}
 
 	frac, hasFrac := p.Metadata.Annotations[GPUFractionAnnotation]
 	if !hasFrac {

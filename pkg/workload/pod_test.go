@@ -53,6 +53,8 @@ func TestGPURequest(t *testing.T) {
 		{name: "devices without fraction", containers: []Container{{Name: "a"}}, annotations: map[string]string{GPUFractionDevices: "2"}, wantErr: "without gpu-fraction"},
 		{name: "fraction and whole gpus", containers: []Container{gpuContainer("a", "1", "")}, annotations: map[string]string{GPUFractionAnnotation: "0.5"}, wantErr: "one or the other"},
 		{name: "fractional resource quantity", containers: []Container{gpuContainer("a", "500m", "")}, wantErr: "whole number of GPUs"},
+		{name: "MIG slices are GPUs (not counted against quota)", containers: []Container{{Name: "a", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/mig-1g.5gb": resource.MustParse("2")}}}}, want: GPUs{MIG: 2}},
+		{name: "MIG in an init container", containers: []Container{{Name: "a"}}, init: []Container{{Name: "i", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/mig-3g.20gb": resource.MustParse("1")}}}}, want: GPUs{MIG: 1}},
 		{name: "huge counts saturate instead of wrapping to no GPUs", containers: []Container{gpuContainer("a", "5e18", ""), gpuContainer("b", "5e18", "")}, want: GPUs{Whole: math.MaxInt64}},
 		{name: "huge sidecar plus init step saturates", containers: []Container{{Name: "a"}}, init: []Container{sidecar(gpuContainer("s", "5e18", "")), gpuContainer("i", "5e18", "")}, want: GPUs{Whole: math.MaxInt64}},
 	}
@@ -67,7 +69,7 @@ func TestGPURequest(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
-			assert.Equal(t, tt.want.Whole > 0 || tt.want.Fraction > 0, got.Any())
+			assert.Equal(t, tt.want.Whole > 0 || tt.want.Fraction > 0 || tt.want.MIG > 0, got.Any())
 		})
 	}
 }

@@ -35,6 +35,11 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "runai-webhook.fullnam
 {{- define "runai-webhook.nsExclusions" -}}
 - key: {{ .Values.webhook.projectLabel }}
   operator: Exists
+{{ include "runai-webhook.nameExclusions" . }}
+{{- end -}}
+
+{{/* System namespaces, Run:ai's and our own are never sent to the webhooks. */}}
+{{- define "runai-webhook.nameExclusions" -}}
 - key: kubernetes.io/metadata.name
   operator: NotIn
   values:
