@@ -103,6 +103,19 @@ type deptEntry struct {
 
 const lookupTTL = time.Minute
 
+// shared runs one lookup for all concurrent callers with the same key, so a
+// storm of first pods across many namespaces reads the node pool and each
+// department once, not once per bind. Lookup keys contain ':' and cannot
+// clash with the namespace names the same group single-flights binds on.
+func shared[T any](b *Binder, key string, fn func() (T, error)) (T, error) {
+	v, err, _ := b.flight.Do(key, func() (any, error) { return fn() })
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v.(T), nil
+}
+
 // Cluster returns the configured Run:ai cluster (read once).
 func (b *Binder) Cluster(ctx context.Context) (runai.Cluster, error) {
 	b.cache.mu.Lock()
@@ -111,7 +124,7 @@ func (b *Binder) Cluster(ctx context.Context) (runai.Cluster, error) {
 	if c != nil {
 		return *c, nil
 	}
-	got, err := b.RunAI.Cluster(ctx)
+	got, err := shared(b, "lookup:cluster", func() (runai.Cluster, error) { return b.RunAI.Cluster(ctx) })
 	if err != nil {
 		return runai.Cluster{}, err
 	}
@@ -129,7 +142,7 @@ func (b *Binder) NodePool(ctx context.Context, clusterID string) (runai.NodePool
 	if p != nil && time.Since(at) < lookupTTL {
 		return *p, nil
 	}
-	got, err := b.RunAI.DefaultNodePool(ctx, clusterID)
+	got, err := shared(b, "lookup:pool:"+clusterID, func() (runai.NodePool, error) { return b.RunAI.DefaultNodePool(ctx, clusterID) })
 	if err != nil {
 		return runai.NodePool{}, err
 	}
@@ -147,7 +160,7 @@ func (b *Binder) department(ctx context.Context, clusterID, name string) (runai.
 	if hit && time.Since(e.at) < lookupTTL {
 		return e.dept, e.ok, nil
 	}
-	list, err := b.RunAI.ListDepartments(ctx, clusterID, name)
+	list, err := shared(b, "lookup:dept:"+clusterID+":"+name, func() ([]runai.Department, error) { return b.RunAI.ListDepartments(ctx, clusterID, name) })
 	if err != nil {
 		return runai.Department{}, false, err
 	}
