@@ -208,12 +208,12 @@ func TestDryRunFirstPodPreviewsBindingWithoutWrites(t *testing.T) {
 	ns := "e2e-dry-bind"
 	unboundNamespace(t, ns, "research")
 	require.NoError(t, env.Sim.SetDown(false))
-	writes := env.Sim.CountWrites()
+	writes := simWrites()
 	out, stderr := kubectlOK(t, podYAML(ns, "nb", "notebook", 1, nil, ""), "apply", "--dry-run=server", "-o", "yaml", "-f", "-")
 	assert.Contains(t, stderr, "namespace "+ns+" would be bound to a new Run:ai project "+ns+" in department research")
 	assert.Contains(t, out, "runai/queue: "+ns)
 	assert.Contains(t, out, "schedulerName: runai-scheduler")
-	assert.Equal(t, writes, env.Sim.CountWrites(), "the simulator records no write")
+	assert.Equal(t, writes, simWrites(), "the simulator records no write")
 	assert.Empty(t, getNamespace(t, ns).Labels[queueLabel], "still unbound")
 }
 

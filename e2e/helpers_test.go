@@ -142,3 +142,26 @@ var (
 	cliPath string
 	cliErr  error
 )
+
+// simWrites counts the Run:ai writes a test can cause: every create under
+// /api/v1/org-unit/, and deletes of the given projects. Deletes of other
+// projects are left out: namespaces of earlier tests may still be
+// finalizing, and their projects' deletion is not this test's doing.
+func simWrites(projectIDs ...string) int {
+	n := 0
+	for _, c := range env.Sim.Calls() {
+		switch {
+		case c.Method == "POST" && strings.HasPrefix(c.Path, "/api/v1/org-unit/"):
+			n++
+		case c.Method == "PUT" || c.Method == "PATCH":
+			n++
+		case c.Method == "DELETE":
+			for _, id := range projectIDs {
+				if c.Path == "/api/v1/org-unit/projects/"+id {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}

@@ -40,14 +40,15 @@ func TestDepartmentDeleteStopsAtFirstNamespaceWithPod(t *testing.T) {
 	c, err := ops.NewClient(env.Admin, client.Options{Scheme: app.Scheme()}, w)
 	require.NoError(t, err)
 
-	writes := env.Sim.CountWrites()
+	ids := []string{project(t, "e2e-dd-a").ID, project(t, "e2e-dd-b").ID, project(t, "e2e-dd-c").ID}
+	writes := simWrites(ids...)
 	var out bytes.Buffer
 	res, err := ops.DeleteDepartment(context.Background(), c, w, keys, "vision", true, &out)
 	t.Log(out.String())
 	require.Error(t, err, "the dry run meets the namespace with a pod too")
 	assert.Equal(t, []string{"e2e-dd-a"}, res.Moved)
 	assert.Contains(t, out.String(), "would delete Run:ai project e2e-dd-a")
-	assert.Equal(t, writes, env.Sim.CountWrites(), "--dry-run changes nothing")
+	assert.Equal(t, writes, simWrites(ids...), "--dry-run changes nothing")
 	assert.Equal(t, "vision", getNamespace(t, "e2e-dd-a").Labels[deptLabel])
 
 	out.Reset()

@@ -40,10 +40,11 @@ func TestDepartmentMoveSameMappingDoesNothing(t *testing.T) {
 	deleteNamespaceAtEnd(t, ns)
 	kubectlOK(t, namespaceYAML(ns, "marketing"), "apply", "-f", "-") // no Run:ai twin: default
 	waitBound(t, ns, 20*time.Second)
-	writes := env.Sim.CountWrites()
+	id := project(t, ns).ID
+	writes := simWrites(id)
 	_, stderr := kubectlOK(t, "", "label", "ns", ns, deptLabel+"=sales", "--overwrite") // also default
 	assert.Contains(t, stderr, "both departments map to Run:ai department default; nothing changes in Run:ai")
-	assert.Equal(t, writes, env.Sim.CountWrites())
+	assert.Equal(t, writes, simWrites(id))
 }
 
 func TestDepartmentMoveRefusedWithPendingPod(t *testing.T) {
@@ -63,11 +64,11 @@ func TestDepartmentMoveRecreatesWithoutQuota(t *testing.T) {
 	require.Equal(t, 2.0, deserved(before))
 
 	// The preview changes nothing.
-	writes := env.Sim.CountWrites()
+	writes := simWrites(before.ID)
 	_, stderr := kubectlOK(t, "", "label", "ns", ns, deptLabel+"=research", "--overwrite", "--dry-run=server")
 	assert.Contains(t, stderr, "would delete Run:ai project "+ns)
 	assert.Contains(t, stderr, "create it again in department research with no GPU quota")
-	assert.Equal(t, writes, env.Sim.CountWrites(), "dry run leaves the simulator untouched")
+	assert.Equal(t, writes, simWrites(before.ID), "dry run leaves the simulator untouched")
 
 	_, stderr = kubectlOK(t, "", "label", "ns", ns, deptLabel+"=research", "--overwrite")
 	assert.Contains(t, stderr, "re-add the project's GPU quota and access rules in Run:ai")
@@ -107,10 +108,11 @@ func TestAdoptedProjectNeverMovedReportsDrift(t *testing.T) {
 	kubectlOK(t, namespaceYAML(ns, ""), "apply", "-f", "-")
 	got := waitBound(t, ns, 20*time.Second)
 	require.Equal(t, "their-project", got.Labels[queueLabel])
-	writes := env.Sim.CountWrites()
+	theirs := project(t, "their-project").ID
+	writes := simWrites(theirs)
 	_, stderr := kubectlOK(t, "", "label", "ns", ns, deptLabel+"=research", "--overwrite")
 	assert.Contains(t, stderr, "was adopted, not created by Hopsworks")
-	assert.Equal(t, writes, env.Sim.CountWrites(), "an adopted project is never touched")
+	assert.Equal(t, writes, simWrites(theirs), "an adopted project is never touched")
 	// The pass reads namespaces from the controller's cache, which sees the
 	// label change a moment after kubectl returns.
 	require.Eventually(t, func() bool {

@@ -53,13 +53,13 @@ func TestDryRunShowsMutationAndWarning(t *testing.T) {
 	deleteNamespaceAtEnd(t, ns)
 	kubectlOK(t, namespaceYAML(ns, ""), "apply", "-f", "-")
 	waitBound(t, ns, 20*time.Second)
-	writes := env.Sim.CountWrites()
+	writes := simWrites(project(t, ns).ID)
 	out, stderr := kubectlOK(t, podYAML(ns, "nb", "notebook", 1, nil, ""), "apply", "--dry-run=server", "-o", "yaml", "-f", "-")
 	assert.Contains(t, out, "runai/queue: "+ns)
 	assert.Contains(t, out, "schedulerName: runai-scheduler")
 	assert.Contains(t, stderr, "Warning: runai-webhook: pod would be queued in Run:ai project "+ns)
 	assert.Contains(t, stderr, "fits in Run:ai project "+ns+"'s GPU quota")
-	assert.Equal(t, writes, env.Sim.CountWrites(), "a dry run writes nothing to Run:ai")
+	assert.Equal(t, writes, simWrites(project(t, ns).ID), "a dry run writes nothing to Run:ai")
 	var p corev1.Pod
 	assert.Error(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "nb"}, &p), "nothing stored")
 }
