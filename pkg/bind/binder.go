@@ -2,27 +2,29 @@
 // project: binding (adopt an existing project, else create one), the
 // background pass, deletion of the projects we created, and department moves.
 //
-// The order of writes makes every crash point recoverable by the next pass:
+// A bind makes one Kubernetes write, after Run:ai has answered:
 //
-//  1. the namespace gets our finalizer (so a project we are about to create
-//     cannot leak if the namespace is deleted before step 3);
-//  2. the Run:ai project is created with an ownership marker in its
+//  1. the Run:ai project is created with an ownership marker in its
 //     description (so a project we created is recognised as ours even when
-//     step 3 never happened);
-//  3. the namespace is labelled runai/queue=<project> and, for a project we
-//     created, hopsworks.ai/runai-project-id=<id>, in one patch.
+//     step 2 never happened);
+//  2. one strategic-merge patch labels the namespace runai/queue=<project>
+//     and, for a project we created, hopsworks.ai/runai-project-id=<id> and
+//     adds our finalizer (finalizers merge: another controller's stay).
 //
-// A crash after 1 leaves a finalizer the deletion path removes; after 2, the
-// next bind or pass finds the project by name, reads the marker and labels the
-// namespace as owned; a project deleted by an admin after 3 is noticed by the
-// pass, which clears the stale labels and binds again.
+// Every cut point is recoverable. A crash (or a failed patch) after 1 leaves
+// a marked project and an unlabelled namespace without our finalizer: if the
+// namespace lives, the next bind or pass finds the project by name, reads the
+// marker and records it as owned (labels and finalizer, as in 2); if the
+// namespace is deleted meanwhile, nothing holds it, and the pass deletes
+// marked projects whose namespace is gone (deleteOrphans). A bind whose patch
+// fails because the namespace is gone or being deleted deletes the project
+// itself at once, best effort. A project deleted by an admin after 2 is
+// noticed by the pass, which clears the stale labels and binds again.
 package bind
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,8 +33,8 @@ import (
 	"golang.org/x/sync/singleflight"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hopsworks/runai-webhook/pkg/nsview"
@@ -404,16 +406,10 @@ func (b *Binder) bind(ctx context.Context, namespace string, ix *ProjectIndex) (
 		return Outcome{}, err
 	}
 	if existing != nil {
-		if CreatedByUs(*existing, namespace) {
-			// Ours (an earlier bind created it and was cut before the
-			// label, or the namespace was deleted and made again): the
-			// namespace must carry the finalizer that deletes it with the
-			// namespace, as if this bind had created it.
-			if err := b.addFinalizer(ctx, namespace); err != nil {
-				return Outcome{}, err
-			}
-		}
-		return b.label(ctx, ns, *existing, b.departmentName(ctx, existing.ParentID, ix))
+		// Ours (an earlier bind created it and was cut before the patch, or
+		// the namespace was deleted and made again) or someone else's to
+		// adopt: record writes the finalizer only for ours.
+		return b.record(ctx, ns, *existing, b.departmentName(ctx, existing.ParentID, ix))
 	}
 	dept, err := b.mapDepartment(ctx, cluster.UUID, hd, ix)
 	if err != nil {
@@ -421,9 +417,6 @@ func (b *Binder) bind(ctx context.Context, namespace string, ix *ProjectIndex) (
 	}
 	pool, err := b.NodePool(ctx, cluster.UUID)
 	if err != nil {
-		return Outcome{}, err
-	}
-	if err := b.addFinalizer(ctx, namespace); err != nil {
 		return Outcome{}, err
 	}
 	created, err := b.RunAI.CreateProject(ctx, NewProjectRequest(cluster.UUID, dept.ID, namespace, pool, b.GPUQuota))
@@ -460,7 +453,7 @@ func (b *Binder) bind(ctx context.Context, namespace string, ix *ProjectIndex) (
 	if created.ParentID != dept.ID { // found after a conflict, made elsewhere
 		deptName = b.departmentName(ctx, created.ParentID, ix)
 	}
-	return b.label(ctx, ns, created, deptName)
+	return b.record(ctx, ns, created, deptName)
 }
 
 // departmentName is the name of department id, for an Outcome: from the
@@ -544,20 +537,21 @@ func (b *Binder) waitReady(ctx context.Context, p runai.Project) runai.Project {
 	}
 }
 
-// label records the binding on the namespace: the queue label always, the
-// project id only for a project we created. One merge patch, so the labels
-// are never half written.
-func (b *Binder) label(ctx context.Context, ns nsview.Namespace, p runai.Project, deptName string) (Outcome, error) {
+// record writes the binding on the namespace in one strategic-merge patch:
+// the queue label always; for a project we created, the project-id label and
+// our finalizer too (a stale project-id label of an adopted project is
+// removed). It is the bind's only Kubernetes write. Labels merge key by key
+// and metadata.finalizers has patchStrategy merge, so the patch adds our
+// finalizer without dropping another controller's and needs neither a read
+// nor an optimistic lock; two replicas recording the same binding write the
+// same patch. A project is never half recorded: the finalizer that deletes an
+// owned project with its namespace comes with the labels that say it is ours.
+func (b *Binder) record(ctx context.Context, ns nsview.Namespace, p runai.Project, deptName string) (Outcome, error) {
 	owned := CreatedByUs(p, ns.Name)
-	id := any(nil)
-	if owned {
-		id = p.ID
-	}
-	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q,%q:%s}}}`, b.Keys.Queue, p.Name, nsview.ProjectIDLabel, jsonValue(id))
 	obj := &corev1.Namespace{}
 	obj.Name = ns.Name
-	if err := b.Client.Patch(ctx, obj, client.RawPatch("application/merge-patch+json", patch)); err != nil {
-		return Outcome{}, fmt.Errorf("labelling namespace %s with %s=%s: %w", ns.Name, b.Keys.Queue, p.Name, err)
+	if err := b.Client.Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, b.bindingPatch(p, owned))); err != nil {
+		return Outcome{}, b.recordFailed(ctx, ns.Name, p, owned, err)
 	}
 	out := Outcome{Namespace: ns.Name, Project: p.Name, ProjectID: p.ID, Department: deptName, Adopted: !owned, Ready: p.Status.Phase == runai.PhaseReady}
 	if owned {
@@ -571,39 +565,50 @@ func (b *Binder) label(ctx context.Context, ns nsview.Namespace, p runai.Project
 	return out, nil
 }
 
-func jsonValue(v any) string {
-	if v == nil {
-		return "null"
+// bindingPatch is record's strategic-merge patch.
+func (b *Binder) bindingPatch(p runai.Project, owned bool) []byte {
+	if !owned {
+		return fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q,%q:null}}}`, b.Keys.Queue, p.Name, nsview.ProjectIDLabel)
 	}
-	return fmt.Sprintf("%q", v)
+	return fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q,%q:%q},"finalizers":[%q]}}`, b.Keys.Queue, p.Name, nsview.ProjectIDLabel, p.ID, Finalizer)
 }
 
-// addFinalizer adds our finalizer with an optimistic lock (a merge patch of
-// the list would drop another controller's finalizer added meanwhile). A
-// conflict is the normal case when another replica binds the same namespace
-// at the same moment, or labels it: read again and retry, so that replica's
-// concurrent bind does not fail this one.
-func (b *Binder) addFinalizer(ctx context.Context, name string) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var ns corev1.Namespace
-		if err := b.Reader.Get(ctx, client.ObjectKey{Name: name}, &ns); err != nil {
-			return fmt.Errorf("reading namespace %s: %w", name, err)
-		}
-		if slices.Contains(ns.Finalizers, Finalizer) {
-			return nil
-		}
-		if ns.DeletionTimestamp != nil {
-			return &Refusal{Message: fmt.Sprintf("namespace %s is being deleted", name)}
-		}
-		patch := client.MergeFromWithOptions(ns.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		ns.Finalizers = append(ns.Finalizers, Finalizer)
-		return b.Client.Patch(ctx, &ns, patch)
-	})
-	var refusal *Refusal
-	if err != nil && !errors.As(err, &refusal) {
-		return fmt.Errorf("adding finalizer %s to namespace %s: %w", Finalizer, name, err)
+// recordFailed explains a failed binding patch. A project of ours whose
+// namespace is gone or being deleted serves nothing, and no finalizer will
+// delete it with the namespace (the API server adds none to a namespace being
+// deleted): delete it now, best effort; if that fails the pass deletes it
+// once the namespace is gone. Otherwise (the API server failed, the namespace
+// lives) the project stays and the next bind or pass records it as ours.
+func (b *Binder) recordFailed(ctx context.Context, namespace string, p runai.Project, owned bool, perr error) error {
+	err := fmt.Errorf("labelling namespace %s with %s=%s: %w", namespace, b.Keys.Queue, p.Name, perr)
+	if !owned {
+		return err
 	}
-	return err
+	leaving, rerr := b.namespaceLeaving(ctx, namespace)
+	if rerr != nil || !leaving {
+		return err
+	}
+	msg := fmt.Sprintf("namespace %s was deleted while it was being bound (%v)", namespace, perr)
+	if derr := b.RunAI.DeleteProject(ctx, p.ID); derr != nil && !runai.IsNotFound(derr) {
+		b.Log.Info("could not delete the Run:ai project of a namespace deleted during its bind; the background pass deletes it", "namespace", namespace, "project", p.Name, "projectID", p.ID, "error", derr.Error())
+		return &Refusal{Message: fmt.Sprintf("%s; deleting Run:ai project %s (id %s), created for it, failed too (%v): the background pass deletes it once the namespace is gone", msg, p.Name, p.ID, derr)}
+	}
+	b.Log.Info("deleted the Run:ai project of a namespace deleted during its bind", "namespace", namespace, "project", p.Name, "projectID", p.ID)
+	return &Refusal{Message: fmt.Sprintf("%s; deleted Run:ai project %s (id %s), created for it", msg, p.Name, p.ID)}
+}
+
+// namespaceLeaving reports, from a live read, whether namespace is gone or
+// being deleted.
+func (b *Binder) namespaceLeaving(ctx context.Context, name string) (bool, error) {
+	var ns corev1.Namespace
+	err := b.Reader.Get(ctx, client.ObjectKey{Name: name}, &ns)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	return ns.DeletionTimestamp != nil, nil
 }
 
 func (b *Binder) event(obj *corev1.Namespace, kind, reason, format string, a ...any) {

@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -188,6 +190,77 @@ func TestBindCreatesOwnedProject(t *testing.T) {
 	e.checkInvariants()
 }
 
+// TestBindOneKubernetesWrite: a bind reads the namespace once and writes it
+// once (one strategic-merge patch), whether it creates, adopts or finds a
+// project of ours cut before its patch. The finalizer comes with the labels
+// exactly when the project is ours, and another controller's finalizer is
+// kept.
+func TestBindOneKubernetesWrite(t *testing.T) {
+	const other = "example.com/other-controller"
+	cases := []struct {
+		name    string
+		seed    []runaitest.ProjectSeed
+		ours    bool // a project of ours exists already, as after a cut bind
+		owned   bool
+		creates int
+	}{
+		{name: "creates", owned: true, creates: 1},
+		{name: "adopts", seed: []runaitest.ProjectSeed{{Name: "legacy", Namespace: "team-w"}}},
+		{name: "finds ours", ours: true, owned: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var writes, patches, reads atomic.Int32
+			ns := managedNS("team-w")
+			ns.Finalizers = []string{other}
+			e := newEnv(t, envOpts{seed: runaitest.Seed{Projects: tc.seed}, objects: []client.Object{ns}, funcs: &interceptor.Funcs{
+				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					writes.Add(1)
+					if patch.Type() == types.StrategicMergePatchType {
+						patches.Add(1)
+					}
+					return c.Patch(ctx, obj, patch, opts...)
+				},
+				Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+					writes.Add(1)
+					return c.Update(ctx, obj, opts...)
+				},
+			}})
+			e.binder.Reader = interceptor.NewClient(e.k8s, interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					reads.Add(1)
+					return c.Get(ctx, key, obj, opts...)
+				},
+			})
+			if tc.ours {
+				ctx := ctxT(t)
+				cluster, err := e.binder.Cluster(ctx)
+				require.NoError(t, err)
+				pool, err := e.binder.NodePool(ctx, cluster.UUID)
+				require.NoError(t, err)
+				_, err = e.binder.RunAI.CreateProject(ctx, bind.NewProjectRequest(cluster.UUID, e.dept("default").ID, "team-w", pool, 1))
+				require.NoError(t, err)
+			}
+			e.sim.ResetCalls()
+
+			out, err := e.binder.Bind(ctxT(t), "team-w")
+			require.NoError(t, err)
+			assert.Equal(t, !tc.owned, out.Adopted)
+			assert.EqualValues(t, 1, reads.Load(), "one live read of the namespace")
+			assert.EqualValues(t, 1, writes.Load(), "one Kubernetes write")
+			assert.EqualValues(t, 1, patches.Load(), "a strategic-merge patch")
+			assert.Equal(t, tc.creates, e.creates(), "POST %s", pathProjects)
+			want := []string{other}
+			if tc.owned {
+				want = append(want, bind.Finalizer)
+				e.requireOwned("team-w")
+			}
+			assert.ElementsMatch(t, want, e.ns("team-w").Finalizers)
+			e.checkInvariants()
+		})
+	}
+}
+
 // TestBindWaitsForReady: a project Run:ai is still setting up is polled
 // until Ready within ReadyTimeout; past it the namespace is bound anyway
 // and the outcome says not ready.
@@ -328,28 +401,28 @@ func TestBindConcurrentCallsCreateOnce(t *testing.T) {
 // TestTwoReplicasRaceOnOneNamespace: two replicas (separate Binders, each
 // with its own Run:ai client and caches) bind one namespace at once.
 //
-// The interleaving is forced: replica B has looked the project up (none)
-// and read the namespace when replica A does its whole bind; B's finalizer
-// patch then meets a newer namespace and its create meets Run:ai's 409. B
-// must settle on A's project: one project, both outcomes agree.
+// The interleaving is forced: replica B has read the namespace and looked
+// the project up (none) when, just before B's create, replica A does its
+// whole bind (create, then its one namespace patch). B's create then meets
+// Run:ai's 409 and B's patch a namespace A has already recorded. B must
+// settle on A's project: one project, both outcomes agree, and the two
+// finalizer writes (strategic merge, no lock) leave ours once beside another
+// controller's.
 func TestTwoReplicasRaceOnOneNamespace(t *testing.T) {
+	const other = "example.com/other-controller"
+	ns := managedNS("contested")
+	ns.Finalizers = []string{other}
+	e := newEnv(t, envOpts{objects: []client.Object{ns}})
+	replicaA := newBinder(t, e.sim, e.k8s, e.k8s) // same API server and Run:ai
+
 	var (
-		once    sync.Once
-		outA    bind.Outcome
-		errA    error
-		replica *bind.Binder
+		once sync.Once
+		outA bind.Outcome
+		errA error
 	)
-	// B's first finalizer patch lets A run first.
-	interleave := interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if data, _ := patch.Data(obj); strings.Contains(string(data), bind.Finalizer) {
-				once.Do(func() { outA, errA = replica.Bind(ctx, obj.GetName()) })
-			}
-			return c.Patch(ctx, obj, patch, opts...)
-		},
-	}
-	e := newEnv(t, envOpts{objects: []client.Object{managedNS("contested")}, funcs: &interleave})
-	replica = newBinder(t, e.sim, e.k8s, e.k8s) // replica A, same API server and Run:ai
+	e.binder.RunAI = hookedRunAI{API: e.binder.RunAI, beforeCreate: func(ctx context.Context) {
+		once.Do(func() { outA, errA = replicaA.Bind(ctx, "contested") })
+	}}
 
 	outB, errB := e.binder.Bind(ctxT(t), "contested")
 	require.NoError(t, errA, "replica A")
@@ -360,6 +433,7 @@ func TestTwoReplicasRaceOnOneNamespace(t *testing.T) {
 	p := e.requireOwned("contested")
 	assert.Equal(t, p.ID, outB.ProjectID)
 	assert.Len(t, e.sim.Projects(), 1)
+	assert.ElementsMatch(t, []string{other, bind.Finalizer}, e.ns("contested").Finalizers, "ours once, the other controller's kept")
 
 	var statuses []int
 	for _, c := range e.sim.Calls() {

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -327,3 +328,43 @@ func describeCalls(calls []runaitest.Call) string {
 }
 
 func hasFinalizer(ns *corev1.Namespace) bool { return slices.Contains(ns.Finalizers, bind.Finalizer) }
+
+// hookedRunAI is a replica's Run:ai client with hooks around project
+// creation, for forcing an interleaving that only Run:ai's side can mark
+// (another replica's bind before ours creates, a namespace deleted right
+// after the create).
+type hookedRunAI struct {
+	runai.API
+	beforeCreate func(ctx context.Context)
+	afterCreate  func(ctx context.Context, p runai.Project)
+}
+
+func (h hookedRunAI) CreateProject(ctx context.Context, req runai.ProjectCreationRequest) (runai.Project, error) {
+	if h.beforeCreate != nil {
+		h.beforeCreate(ctx)
+	}
+	p, err := h.API.CreateProject(ctx, req)
+	if err == nil && h.afterCreate != nil {
+		h.afterCreate(ctx, p)
+	}
+	return p, err
+}
+
+// noNewFinalizersWhileDeleting makes the fake API server refuse, as the real
+// one does, a write that adds a finalizer to an object being deleted.
+func noNewFinalizersWhileDeleting() *interceptor.Funcs {
+	return &interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			var cur corev1.Namespace
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &cur); err == nil && cur.DeletionTimestamp != nil {
+				data, _ := patch.Data(obj)
+				if strings.Contains(string(data), bind.Finalizer) && !hasFinalizer(&cur) {
+					return apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Namespace").GroupKind(), cur.Name, field.ErrorList{
+						field.Forbidden(field.NewPath("metadata", "finalizers"), "no new finalizers can be added if the object is being deleted"),
+					})
+				}
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}
+}

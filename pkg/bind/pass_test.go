@@ -21,9 +21,10 @@ import (
 )
 
 // TestCrashCutPoints cuts a bind at each point of its order of writes
-// (finalizer, create, label) and checks that the next pass (or bind, or
-// delete) repairs it: one Run:ai project per namespace, ownership recorded
-// exactly for the projects we created, labels that tell the truth.
+// (create, then one patch with the labels and, for ours, the finalizer) and
+// checks that the next pass (or bind, or delete) repairs it: one Run:ai
+// project per namespace, ownership recorded exactly for the projects we
+// created, labels that tell the truth, nothing leaked.
 func TestCrashCutPoints(t *testing.T) {
 	t.Run("a: created, label patch failed", func(t *testing.T) {
 		funcs, failed := failPatchOnce(`"` + queueKey + `":"`)
@@ -34,11 +35,11 @@ func TestCrashCutPoints(t *testing.T) {
 		require.EqualValues(t, 1, failed.Load(), "the label patch was the one that failed")
 		e.requireUnbound("cut-a")
 		require.Len(t, e.boundTo("cut-a"), 1, "the project was created")
-		assert.True(t, hasFinalizer(e.ns("cut-a")), "finalizer came first")
+		assert.False(t, hasFinalizer(e.ns("cut-a")), "the finalizer travels with the labels: neither was written")
 
 		res := e.pass()
 		assert.Equal(t, 1, res.Bound)
-		p := e.requireOwned("cut-a")
+		p := e.requireOwned("cut-a") // labels and finalizer
 		assert.Equal(t, bind.OwnerMarker("cut-a"), p.Description, "recognised as ours by the marker")
 		assert.Equal(t, 1, e.creates(), "no second project")
 		assert.Equal(t, bind.StatusOK, e.ns("cut-a").Annotations[bind.StatusAnnotation])
@@ -103,20 +104,20 @@ func TestCrashCutPoints(t *testing.T) {
 		e.checkInvariants()
 	})
 
-	t.Run("e: finalizer added, create failed, namespace deleted", func(t *testing.T) {
+	t.Run("e: create failed, namespace deleted", func(t *testing.T) {
 		e := newEnv(t, envOpts{objects: []client.Object{managedNS("cut-e")}})
 		e.sim.AddFault(runaitest.Fault{Method: http.MethodPost, PathPrefix: pathProjects, Status: http.StatusInternalServerError, Times: 1})
 
 		_, err := e.binder.Bind(ctxT(t), "cut-e")
 		require.Error(t, err)
 		assert.True(t, runai.IsUnavailable(err))
-		assert.True(t, hasFinalizer(e.ns("cut-e")))
+		assert.False(t, hasFinalizer(e.ns("cut-e")), "nothing is written to the namespace before the create")
 		e.requireUnbound("cut-e")
 		assert.Empty(t, e.sim.Projects())
 
 		e.delete("cut-e")
+		assert.Nil(t, e.ns("cut-e"), "no finalizer of ours holds it")
 		assert.Zero(t, e.reconcile("cut-e"))
-		assert.Nil(t, e.ns("cut-e"), "finalizer removed: nothing to delete")
 		assert.Zero(t, e.sim.CountCalls(http.MethodDelete, ""))
 		e.pass()
 		assert.Empty(t, e.sim.Projects(), "the pass does not bind a deleted namespace")
@@ -129,12 +130,88 @@ func TestCrashCutPoints(t *testing.T) {
 		_, err := e.binder.Bind(ctxT(t), "cut-e2")
 		require.Error(t, err)
 		require.Len(t, e.boundTo("cut-e2"), 1)
+		assert.False(t, hasFinalizer(e.ns("cut-e2")))
 
 		e.delete("cut-e2")
+		assert.Nil(t, e.ns("cut-e2"), "no finalizer of ours holds it")
 		assert.Zero(t, e.reconcile("cut-e2"))
-		assert.Nil(t, e.ns("cut-e2"))
-		assert.Empty(t, e.sim.Projects(), "found by name and marker, deleted: nothing leaked")
+		require.Len(t, e.boundTo("cut-e2"), 1, "the namespace went without its project")
+
+		res := e.pass()
+		assert.Equal(t, 1, res.OrphansDeleted, "found by its marker, its namespace gone: deleted")
+		assert.Empty(t, e.boundTo("cut-e2"), "nothing leaked")
+		e.checkInvariants()
 	})
+}
+
+// TestNamespaceDeletedDuringBind: the namespace is deleted after the bind's
+// create and before its patch, so no finalizer of ours holds it. The bind
+// says so in its error and deletes the project it created (best effort);
+// when Run:ai refuses that delete, the next pass deletes the project once the
+// namespace is gone. Either way nothing leaks. "terminating" is a namespace
+// another finalizer still holds: the API server refuses to add ours.
+func TestNamespaceDeletedDuringBind(t *testing.T) {
+	const hold = "example.com/hold"
+	cases := []struct {
+		name        string
+		terminating bool
+		deleteFails bool
+	}{
+		{name: "gone, the bind deletes its project"},
+		{name: "gone, the bind's delete fails, the pass deletes it", deleteFails: true},
+		{name: "terminating, the bind deletes its project", terminating: true},
+		{name: "terminating, the bind's delete fails, the pass deletes it once gone", terminating: true, deleteFails: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := managedNS("doomed")
+			if tc.terminating {
+				ns.Finalizers = []string{hold}
+			}
+			e := newEnv(t, envOpts{objects: []client.Object{ns}, funcs: noNewFinalizersWhileDeleting()})
+			e.binder.RunAI = hookedRunAI{API: e.binder.RunAI, afterCreate: func(context.Context, runai.Project) {
+				e.delete("doomed")
+				if tc.deleteFails {
+					e.sim.AddFault(runaitest.Fault{Method: http.MethodDelete, PathPrefix: pathProjects, Status: http.StatusInternalServerError})
+				}
+			}}
+
+			_, err := e.binder.Bind(ctxT(t), "doomed")
+			t.Logf("bind: %v", err)
+			var refusal *bind.Refusal
+			require.ErrorAs(t, err, &refusal, "a deleted namespace cannot be bound by retrying")
+			assert.Contains(t, err.Error(), "namespace doomed was deleted while it was being bound")
+			assert.Equal(t, 1, e.creates())
+			if tc.terminating {
+				require.NotNil(t, e.ns("doomed"))
+				assert.Equal(t, []string{hold}, e.ns("doomed").Finalizers, "ours was refused")
+			} else {
+				assert.Nil(t, e.ns("doomed"))
+			}
+
+			if !tc.deleteFails {
+				assert.Contains(t, err.Error(), "deleted Run:ai project doomed")
+				assert.Empty(t, e.boundTo("doomed"), "the bind deleted its project")
+				assert.Zero(t, e.pass().OrphansDeleted, "nothing left for the pass")
+				e.checkInvariants()
+				return
+			}
+			assert.Contains(t, err.Error(), "the background pass deletes it")
+			require.Len(t, e.boundTo("doomed"), 1, "Run:ai refused the delete")
+			e.sim.ClearFaults()
+			if tc.terminating {
+				assert.Zero(t, e.pass().OrphansDeleted, "not while the namespace still exists")
+				require.Len(t, e.boundTo("doomed"), 1)
+				release := e.ns("doomed")
+				release.Finalizers = nil
+				require.NoError(t, e.k8s.Update(ctxT(t), release)) // the other controller lets go
+				require.Nil(t, e.ns("doomed"))
+			}
+			assert.Equal(t, 1, e.pass().OrphansDeleted)
+			assert.Empty(t, e.boundTo("doomed"), "nothing leaked")
+			e.checkInvariants()
+		})
+	}
 }
 
 // TestPassReadBudget: a pass over 2,000 bound namespaces reads Run:ai's
