@@ -78,6 +78,8 @@ type Binder struct {
 
 	flight singleflight.Group
 	cache  lookupCache
+	// lists shares full project lists among concurrent binds (projectlist.go).
+	lists projectLists
 	// moved remembers finished department moves (move.go).
 	moved sync.Map // namespace -> movedEntry
 }
@@ -331,9 +333,14 @@ func NewProjectIndex(projects []runai.Project) *ProjectIndex {
 // and whether Run:ai refuses a second project on a namespace is not
 // documented (API-NOTES §4, Duplicates). A namespace is bound once, so the
 // few list pages are paid once per namespace; bound namespaces cost nothing.
+// Concurrent binds of different namespaces share one list (projectLists),
+// so a storm of fresh namespaces costs two lists, not one per namespace.
 func (b *Binder) findBound(ctx context.Context, clusterID, namespace string, ix *ProjectIndex) (*runai.Project, error) {
 	if ix == nil {
-		list, err := b.RunAI.ListProjects(ctx, clusterID, "")
+		api := b.RunAI
+		list, err := b.lists.get(ctx, clusterID, func(ctx context.Context, clusterID string) ([]runai.Project, error) {
+			return api.ListProjects(ctx, clusterID, "")
+		})
 		if err != nil {
 			return nil, fmt.Errorf("looking up the Run:ai project of namespace %s: %w", namespace, err)
 		}

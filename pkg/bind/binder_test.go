@@ -398,6 +398,43 @@ func TestBindConcurrentCallsCreateOnce(t *testing.T) {
 	e.checkInvariants()
 }
 
+// TestBindStormSharesProjectList: fresh namespaces bound at once share the
+// Run:ai project list their binds need (the one that started first, and one
+// more for all who asked while it ran) instead of each listing all projects;
+// each still creates its own project, once.
+func TestBindStormSharesProjectList(t *testing.T) {
+	const n = 40
+	var objs []client.Object
+	for i := range n {
+		objs = append(objs, managedNS(fmt.Sprintf("storm-%02d", i)))
+	}
+	e := newEnv(t, envOpts{objects: objs})
+	e.sim.SetLatency(20 * time.Millisecond) // the benchmark's Run:ai round trip
+
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { _, errs[i] = e.binder.Bind(ctxT(t), fmt.Sprintf("storm-%02d", i)) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "bind %d", i)
+	}
+	lists := 0
+	for _, c := range e.sim.Calls() {
+		if c.Method == http.MethodGet && c.Path == pathProjects {
+			lists++
+		}
+	}
+	t.Logf("%d concurrent binds: %d project list requests", n, lists)
+	assert.LessOrEqual(t, lists, 3, "one shared list (or two) instead of %d", n)
+	assert.Equal(t, n, e.creates(), "one POST %s per namespace", pathProjects)
+	for i := range n {
+		e.requireOwned(fmt.Sprintf("storm-%02d", i))
+	}
+	e.checkInvariants()
+}
+
 // TestTwoReplicasRaceOnOneNamespace: two replicas (separate Binders, each
 // with its own Run:ai client and caches) bind one namespace at once.
 //
