@@ -31,8 +31,8 @@ testbin: ## build etcd, kube-apiserver, kube-controller-manager, kubectl and hel
 testbin-certmanager: ## build cert-manager's controller and cainjector (v1.11.5) into bin/k8s (4 min cold, seconds warm)
 	@hack/testbin.sh certmanager
 
-manifests: testbin ## render the Helm chart's default install into manifests/install.yaml
-	$(HELM) template runai-webhook manifests/chart --namespace runai-webhook > manifests/install.yaml
+manifests: testbin ## render the Helm chart with manifests/install-values.yaml into manifests/install.yaml
+	$(HELM) template runai-webhook manifests/chart --namespace runai-webhook -f manifests/install-values.yaml > manifests/install.yaml
 
 lint: ## gofmt, go vet, helm lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -12,10 +12,13 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hopsworks/runai-webhook/e2e/framework"
 	"github.com/hopsworks/runai-webhook/pkg/mutate"
@@ -32,6 +35,9 @@ type bed struct {
 	projectKey string
 	mwc        *admissionregistrationv1.MutatingWebhookConfiguration
 	vwc        *admissionregistrationv1.ValidatingWebhookConfiguration
+	// policies are the chart's admission policies and their bindings, as
+	// installed: part of "with", removed for "none".
+	policies   []client.Object
 	webhooksOn bool
 }
 
@@ -62,14 +68,122 @@ func newBed(env *framework.Env) (*bed, error) {
 	if b.vwc, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, framework.ReleaseName, metav1.GetOptions{}); err != nil {
 		return nil, fmt.Errorf("reading the installed ValidatingWebhookConfiguration: %w", err)
 	}
-	for _, m := range []*metav1.ObjectMeta{&b.mwc.ObjectMeta, &b.vwc.ObjectMeta} {
+	metas := []*metav1.ObjectMeta{&b.mwc.ObjectMeta, &b.vwc.ObjectMeta}
+	for _, l := range []client.ObjectList{
+		&admissionregistrationv1.MutatingAdmissionPolicyList{}, &admissionregistrationv1.MutatingAdmissionPolicyBindingList{},
+		&admissionregistrationv1.ValidatingAdmissionPolicyList{}, &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{},
+	} {
+		if err := env.Client.List(ctx, l); err != nil {
+			return nil, fmt.Errorf("reading the installed admission policies: %w", err)
+		}
+		if err := meta.EachListItem(l, func(o runtime.Object) error {
+			obj := o.(client.Object)
+			if !strings.HasPrefix(obj.GetName(), framework.ReleaseName) {
+				return nil
+			}
+			b.policies = append(b.policies, obj)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range b.policies {
+		o.SetResourceVersion("")
+		o.SetUID("")
+		o.SetManagedFields(nil)
+		o.SetGeneration(0)
+		o.SetCreationTimestamp(metav1.Time{})
+	}
+	for _, m := range metas {
 		m.ResourceVersion, m.UID, m.ManagedFields, m.Generation, m.CreationTimestamp = "", "", nil, 0, metav1.Time{}
 	}
 	return b, nil
 }
 
-// setWebhooks installs (on) or removes (off) both webhook configurations.
+// setPolicies installs (on) or removes (off) the chart's admission policies.
+func (b *bed) setPolicies(ctx context.Context, on bool) error {
+	for _, o := range b.policies {
+		obj := o.DeepCopyObject().(client.Object)
+		var err error
+		if on {
+			if err = b.env.Client.Create(ctx, obj); apierrors.IsAlreadyExists(err) {
+				err = nil
+			}
+		} else if err = b.env.Client.Delete(ctx, obj); apierrors.IsNotFound(err) {
+			err = nil
+		}
+		if err != nil {
+			return fmt.Errorf("setting admission policy %s (%T) to %v: %w", o.GetName(), o, on, err)
+		}
+	}
+	return nil
+}
+
+// Modes of part 2's runs.
+const (
+	// modeWith: everything manifests/install.yaml puts on the admission
+	// path (admission policies, webhooks narrowed by matchConditions).
+	modeWith = "with"
+	// modeNone: nothing of ours.
+	modeNone = "none"
+	// modeWebhooksOnly: the chart with webhook.admissionPolicies=false, for
+	// clusters without admission policies: no policies, every pod of a
+	// bound namespace through the inject and guard webhooks.
+	modeWebhooksOnly = "webhooks only"
+)
+
+// setMode installs what mode puts on the admission path.
+// It removes everything first, so no object of the previous mode stays.
+func (b *bed) setMode(ctx context.Context, mode string) error {
+	if err := b.setWebhooks(ctx, false); err != nil {
+		return err
+	}
+	switch mode {
+	case modeWith:
+		return b.setWebhooks(ctx, true)
+	case modeNone:
+		return nil
+	case modeWebhooksOnly:
+		mwc, vwc := webhooksOnly(b.mwc, b.vwc)
+		ar := b.cs.AdmissionregistrationV1()
+		if _, err := ar.MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating the webhooks-only MutatingWebhookConfiguration: %w", err)
+		}
+		if _, err := ar.ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating the webhooks-only ValidatingWebhookConfiguration: %w", err)
+		}
+		b.webhooksOn = true
+		return nil
+	}
+	return fmt.Errorf("unknown mode %q", mode)
+}
+
+// webhooksOnly is what the chart renders with webhook.admissionPolicies
+// false: the same webhooks without matchConditions, the pod guard on CREATE
+// and UPDATE (it then enforces the label rules itself).
+func webhooksOnly(m *admissionregistrationv1.MutatingWebhookConfiguration, v *admissionregistrationv1.ValidatingWebhookConfiguration) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration) {
+	m, v = m.DeepCopy(), v.DeepCopy()
+	for i := range m.Webhooks {
+		m.Webhooks[i].MatchConditions = nil
+	}
+	for i := range v.Webhooks {
+		if v.Webhooks[i].MatchConditions == nil {
+			continue
+		}
+		v.Webhooks[i].MatchConditions = nil
+		for j := range v.Webhooks[i].Rules {
+			v.Webhooks[i].Rules[j].Operations = []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}
+		}
+	}
+	return m, v
+}
+
+// setWebhooks installs (on) or removes (off) both webhook configurations and
+// the admission policies: everything of ours on the admission path.
 func (b *bed) setWebhooks(ctx context.Context, on bool) error {
+	if err := b.setPolicies(ctx, on); err != nil {
+		return err
+	}
 	ar := b.cs.AdmissionregistrationV1()
 	if on {
 		if _, err := ar.MutatingWebhookConfigurations().Create(ctx, b.mwc.DeepCopy(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -265,7 +265,7 @@ func classify(err error) (kind string, retry bool) {
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return "already-exists", false
-	case strings.Contains(msg, "denied the request"):
+	case refusedByUs(msg):
 		// Our refusals that say a retry works: Run:ai not answering for a
 		// first pod, or the inject webhook missed (its policy is Ignore).
 		if strings.Contains(msg, "Retry later") || strings.Contains(msg, "retry the create") {

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/hopsworks/runai-webhook/e2e/framework"
 )
 
 const (
@@ -164,4 +166,13 @@ func simWrites(projectIDs ...string) int {
 		}
 	}
 	return n
+}
+
+// refusedByUs reports whether an API error message is a refusal by one of
+// our webhooks ("admission webhook ... denied the request") or by our
+// ValidatingAdmissionPolicy, which carries the label rules in the API
+// server when the chart renders the admission policies.
+func refusedByUs(msg string) bool {
+	return strings.Contains(msg, "denied the request") ||
+		strings.Contains(msg, "ValidatingAdmissionPolicy '"+framework.ReleaseName+"-pods'")
 }

@@ -54,9 +54,59 @@ func knownBug(t *testing.T, format string, a ...any) {
 
 // A user cannot put a pod into another project's queue, off Run:ai's
 // scheduler with GPUs, or into Kueue: at creation (bind and guard webhooks)
-// and by relabelling it afterwards (UPDATE).
+// and by relabelling it afterwards (UPDATE). As installed (admission
+// policies in the API server, webhooks for GPU pods) and as the chart renders
+// for clusters without admission policies (webhook.admissionPolicies=false,
+// every pod through the webhooks): the same rules, the same messages.
 func TestTamperPodLabels(t *testing.T) {
-	a, b := "e2e-tamper-a", "e2e-tamper-b"
+	t.Run("installed", func(t *testing.T) {
+		require.Positive(t, env.Policies, "manifests/install.yaml carries the admission policies")
+		tamperPodLabels(t, "e2e-tamper", refusedByUs)
+	})
+	t.Run("webhooks only", func(t *testing.T) {
+		data, err := env.RenderChart("webhook.admissionPolicies=false")
+		require.NoError(t, err)
+		objs, err := framework.DecodeObjects(data)
+		require.NoError(t, err)
+		ctx := ctxT(t, 60*time.Second)
+		require.NoError(t, env.InstallAdmission(ctx, objs))
+		require.Zero(t, env.Policies, "the render has no admission policies")
+		t.Cleanup(func() {
+			installed, err := env.InstallObjects()
+			require.NoError(t, err)
+			require.NoError(t, env.InstallAdmission(context.Background(), installed))
+			waitAdmissionPolicies(t)
+		})
+		waitAdmissionPolicies(t)
+		tamperPodLabels(t, "e2e-tamperwh", func(msg string) bool { return strings.Contains(msg, "denied the request") })
+	})
+}
+
+var probes int
+
+// waitAdmissionPolicies waits until the API server applies what is installed
+// now: a dry-run pod with a foreign queue in a bound namespace is refused by
+// the policy when env.Policies > 0, else by the guard webhook.
+func waitAdmissionPolicies(t *testing.T) {
+	t.Helper()
+	probes++
+	ns := fmt.Sprintf("e2e-tamper-probe-%d", probes) // an earlier probe's may still be terminating
+	boundNamespace(t, ns)
+	want := "denied the request"
+	if env.Policies > 0 {
+		want = "ValidatingAdmissionPolicy"
+	}
+	var last string
+	applied := assert.Eventually(t, func() bool {
+		_, stderr, err := env.Kubectl(ctxT(t, 30*time.Second), podYAML(ns, "probe", "job", 0, map[string]string{queueLabel: "someone-else"}, ""), "create", "--dry-run=server", "-f", "-")
+		last = stderr
+		return err != nil && strings.Contains(stderr, want)
+	}, 30*time.Second, 100*time.Millisecond)
+	require.True(t, applied, "the API server applies the installed admission (%s); last answer: %s", want, last)
+}
+
+func tamperPodLabels(t *testing.T, prefix string, refusedByUs func(string) bool) {
+	a, b := prefix+"-a", prefix+"-b"
 	boundNamespace(t, a)
 	boundNamespace(t, b)
 	queueB := getNamespace(t, b).Labels[queueLabel]
@@ -117,12 +167,12 @@ spec:
 		t.Run("create/"+tt.name, func(t *testing.T) {
 			stderr := kubectlFails(t, tt.yaml, "create", "-f", "-")
 			assert.Contains(t, stderr, tt.want)
-			assert.Contains(t, stderr, "denied the request")
+			assert.True(t, refusedByUs(stderr), "refused by the expected part of our admission: %s", stderr)
 		})
 	}
 
 	t.Run("create/first pod of an unbound namespace spoofing another queue", func(t *testing.T) {
-		c := "e2e-tamper-c"
+		c := prefix + "-c"
 		unboundNamespace(t, c, "")
 		require.NoError(t, env.Sim.SetDown(false))
 		stderr := kubectlFails(t, podYAML(c, "spoof", "job", 0, map[string]string{queueLabel: queueB}, ""), "create", "-f", "-")

@@ -33,7 +33,8 @@ func (e *Env) RenderChart(set ...string) ([]byte, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("helm missing in %s: run `make testbin`", assets)
 	}
-	args := []string{"template", ReleaseName, filepath.Join(e.Root, "manifests", "chart"), "--namespace", ReleaseNamespace}
+	args := []string{"template", ReleaseName, filepath.Join(e.Root, "manifests", "chart"), "--namespace", ReleaseNamespace,
+		"-f", filepath.Join(e.Root, "manifests", "install-values.yaml")}
 	for _, v := range set {
 		args = append(args, "--set", v)
 	}

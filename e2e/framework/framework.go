@@ -103,8 +103,11 @@ type Env struct {
 	Sim             *runaitest.Server
 	Config          config.Config
 	WebhookURL      string
-	CertDir         string
-	Dir             string
+	// Policies counts the admission policies and bindings loaded from
+	// manifests/install.yaml (0 with the integration off).
+	Policies int
+	CertDir  string
+	Dir      string
 	// AuditLog is the API server's audit log of the webhook user's requests.
 	AuditLog string
 	// Controller is the webhook's reconcile controller; Pass runs a pass now.
@@ -248,7 +251,11 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 
 	if o.CertRotation {
 		e.certRotation = true
-		data, err := e.RenderChart("certManager.enabled=false")
+		// Without the admission policies every pod goes through the
+		// webhooks, so the admissions the rotation tests keep running
+		// exercise the certificates (with them, CPU pods never leave the
+		// API server).
+		data, err := e.RenderChart("certManager.enabled=false", "webhook.admissionPolicies=false")
 		if err != nil {
 			return nil, err
 		}
@@ -433,6 +440,14 @@ func DecodeObjects(data []byte) ([]client.Object, error) {
 			obj = &admissionregistrationv1.MutatingWebhookConfiguration{}
 		case "ValidatingWebhookConfiguration":
 			obj = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		case "MutatingAdmissionPolicy":
+			obj = &admissionregistrationv1.MutatingAdmissionPolicy{}
+		case "MutatingAdmissionPolicyBinding":
+			obj = &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+		case "ValidatingAdmissionPolicy":
+			obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		case "ValidatingAdmissionPolicyBinding":
+			obj = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 		default:
 			continue
 		}
@@ -535,12 +550,47 @@ func (e *Env) startWebhook(ctx context.Context, o Options) error {
 
 // installWebhookConfigurations loads the production webhook configurations
 // from manifests/install.yaml and rewrites only clientConfig: the service
-// becomes the local URL and the CA bundle the local CA.
+// becomes the local URL and the CA bundle the local CA. The admission
+// policies and their bindings are loaded as they are, and only with the
+// integration on: the chart renders them only with run_ai_enable.
 func (e *Env) installWebhookConfigurations(ctx context.Context) error {
 	objs, err := e.manifests()
 	if err != nil {
 		return err
 	}
+	return e.installAdmission(ctx, objs)
+}
+
+// InstallAdmission replaces everything of ours on the admission path (the
+// webhook configurations, the admission policies and their bindings) with
+// those among objs, installed as at start-up: for tests of another
+// rendering of the chart (RenderChart).
+func (e *Env) InstallAdmission(ctx context.Context, objs []client.Object) error {
+	for _, o := range []client.Object{
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: ReleaseName}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: ReleaseName}},
+		&admissionregistrationv1.MutatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: ReleaseName + "-inject"}},
+		&admissionregistrationv1.MutatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: ReleaseName + "-inject"}},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: ReleaseName + "-pods"}},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: ReleaseName + "-pods"}},
+	} {
+		if err := e.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	e.Policies = 0
+	copied := make([]client.Object, len(objs))
+	for i, o := range objs {
+		copied[i] = o.DeepCopyObject().(client.Object)
+	}
+	return e.installAdmission(ctx, copied)
+}
+
+// installAdmission creates the webhook configurations (clientConfig
+// rewritten) and, with the integration on, the admission policies among
+// objs, which it may modify.
+func (e *Env) installAdmission(ctx context.Context, objs []client.Object) error {
+	var err error
 	if errs := CheckWebhookConfigurations(objs, e.Config.ProjectLabel, e.Config.QueueLabelKey); len(errs) > 0 {
 		return fmt.Errorf("manifests/install.yaml breaks the admission policy: %w", errors.Join(errs...))
 	}
@@ -561,6 +611,17 @@ func (e *Env) installWebhookConfigurations(ctx context.Context) error {
 			for i := range w.Webhooks {
 				w.Webhooks[i].ClientConfig = e.localClientConfig(w.Webhooks[i].ClientConfig, ca)
 			}
+		case *admissionregistrationv1.MutatingAdmissionPolicy, *admissionregistrationv1.MutatingAdmissionPolicyBinding,
+			*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			if !e.Config.RunAIEnable {
+				continue
+			}
+			if err := e.Client.Create(ctx, o); err != nil {
+				return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+			}
+			e.Policies++
+			e.logf("loaded %T %s from %s", o, o.GetName(), e.manifestSource())
+			continue
 		default:
 			continue
 		}

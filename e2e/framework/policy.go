@@ -38,6 +38,15 @@ var Policies = map[string]WebhookPolicy{
 	"namespacelabels.runai-webhook.hopsworks.ai": {admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, 5, metav1.LabelSelectorOpExists, true, metav1.LabelSelectorOpDoesNotExist},
 }
 
+// AdmissionPolicies are the in-process policies (the chart's policies.yaml,
+// rendered with run_ai_enable): the same selector rules as the webhooks they
+// relieve; SideEffects and MaxTimeout do not apply (no call leaves the API
+// server). Each must have a binding, or the API server never applies it.
+var AdmissionPolicies = map[string]WebhookPolicy{
+	ReleaseName + "-inject": {FailurePolicy: admissionregistrationv1.Ignore, QueueLabel: metav1.LabelSelectorOpExists, ProjectLabel: metav1.LabelSelectorOpExists},
+	ReleaseName + "-pods":   {FailurePolicy: admissionregistrationv1.Fail, QueueLabel: metav1.LabelSelectorOpExists, ProjectLabel: metav1.LabelSelectorOpExists},
+}
+
 // CheckWebhookConfigurations returns every way the webhook configurations
 // among objs break the policies: a missing webhook, a wrong failure policy,
 // side-effect class or timeout, a namespace selector that no longer requires
@@ -86,6 +95,56 @@ func CheckWebhookConfigurations(objs []client.Object, projectLabel, queueLabel s
 	for name := range Policies {
 		if !seen[name] {
 			errs = append(errs, fmt.Errorf("webhook %s: missing", name))
+		}
+	}
+	return append(errs, checkAdmissionPolicies(objs, projectLabel, queueLabel)...)
+}
+
+// checkAdmissionPolicies checks the admission policies among objs, when
+// there are any (a render without run_ai_enable has none).
+func checkAdmissionPolicies(objs []client.Object, projectLabel, queueLabel string) []error {
+	var errs []error
+	found, bound := map[string]bool{}, map[string]bool{}
+	check := func(name string, fp *admissionregistrationv1.FailurePolicyType, mr *admissionregistrationv1.MatchResources) {
+		found[name] = true
+		want, ok := AdmissionPolicies[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("admission policy %s: not in the policy table", name))
+			return
+		}
+		if fp == nil || *fp != want.FailurePolicy {
+			errs = append(errs, fmt.Errorf("admission policy %s: failurePolicy %v, want %s", name, deref(fp), want.FailurePolicy))
+		}
+		if mr == nil {
+			errs = append(errs, fmt.Errorf("admission policy %s: no matchConstraints", name))
+			return
+		}
+		errs = append(errs, checkSelector("admission policy "+name, mr.NamespaceSelector, mr.NamespaceSelector, projectLabel, queueLabel, want)...)
+	}
+	for _, o := range objs {
+		switch p := o.(type) {
+		case *admissionregistrationv1.MutatingAdmissionPolicy:
+			check(p.Name, p.Spec.FailurePolicy, p.Spec.MatchConstraints)
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			check(p.Name, p.Spec.FailurePolicy, p.Spec.MatchConstraints)
+		case *admissionregistrationv1.MutatingAdmissionPolicyBinding:
+			bound[p.Spec.PolicyName] = true
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			bound[p.Spec.PolicyName] = true
+			if !slices.Contains(p.Spec.ValidationActions, admissionregistrationv1.Deny) {
+				errs = append(errs, fmt.Errorf("admission policy binding %s: validationActions %v do not deny", p.Name, p.Spec.ValidationActions))
+			}
+		}
+	}
+	if len(found) == 0 {
+		return errs
+	}
+	for name := range AdmissionPolicies {
+		switch {
+		case !found[name]:
+			errs = append(errs, fmt.Errorf("admission policy %s: missing", name))
+		case !bound[name]:
+			errs = append(errs, fmt.Errorf("admission policy %s: no binding", name))
 		}
 	}
 	return errs

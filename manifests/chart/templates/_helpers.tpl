@@ -63,3 +63,65 @@ clientConfig:
     path: {{ .path }}
     port: 443
 {{- end -}}
+
+{{/*
+"true" when the label rules run as in-process admission policies (rendered
+only with the integration on): webhook.admissionPolicies true, or auto and
+the API server serves MutatingAdmissionPolicy (Kubernetes >= 1.36).
+*/}}
+{{- define "runai-webhook.policiesOn" -}}
+{{- $mode := .Values.webhook.admissionPolicies -}}
+{{- $served := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+{{- if and .Values.variables.run_ai_enable (or (eq (toString $mode) "true") (and (eq (toString $mode) "auto") $served)) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+CEL that is true for a pod that may ask for GPUs: an nvidia.com/ resource
+(whole GPUs, MIG slices) in any container or init container, or a gpu-*
+annotation (fractions, GPU memory). A superset of what the webhooks count
+as GPUs (pkg/workload): only such pods can meet the scheduler rule, the
+quota or the reservation, so the others never leave the API server.
+*/}}
+{{- define "runai-webhook.mayAskForGPUsCEL" -}}
+{{- $gpuRes := "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('nvidia.com/'))) || (has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/'))))" -}}
+(has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('gpu-'))) || object.spec.containers.exists(c, {{ $gpuRes }}) || (has(object.spec.initContainers) && object.spec.initContainers.exists(c, {{ $gpuRes }}))
+{{- end -}}
+
+{{/*
+CEL that is true for a pod Run:ai may not preempt: a superset of
+pkg/workload's NonPreemptible (label values are ASCII, so lowerAscii is
+Go's ToLower on them; they hold no spaces to trim).
+*/}}
+{{- define "runai-webhook.mayBeNonPreemptibleCEL" -}}
+has(object.metadata.labels) && (object.metadata.labels[?'hopsworks.ai/workload-type'].orValue('').lowerAscii() in ['notebook', 'terminal', 'app', 'deployment'] || object.metadata.labels[?'kai.scheduler/preemptibility'].orValue('') == 'non-preemptible')
+{{- end -}}
+
+{{/*
+When the inject webhook is needed with the admission policies: only to tag
+the quota reservation of a non-preemptible pod that asks for GPUs. The
+cheap label test comes first, so most pods are decided on it.
+*/}}
+{{- define "runai-webhook.injectWebhookCEL" -}}
+({{ include "runai-webhook.mayBeNonPreemptibleCEL" . }}) && ({{ include "runai-webhook.mayAskForGPUsCEL" . }})
+{{- end -}}
+
+{{/*
+When the guard webhook is needed with the admission policies: a GPU pod
+that is not on the Run:ai scheduler (the scheduler rule) or may be
+non-preemptible (the quota). A preemptible pod on the Run:ai scheduler
+needs neither, whatever it asks for.
+*/}}
+{{- define "runai-webhook.guardWebhookCEL" -}}
+(object.spec.?schedulerName.orValue('') != {{ .Values.webhook.schedulerName | squote }} || {{ include "runai-webhook.mayBeNonPreemptibleCEL" . }}) && ({{ include "runai-webhook.mayAskForGPUsCEL" . }})
+{{- end -}}
+
+{{/* The namespace selector of the pod webhooks and policies: managed, bound. */}}
+{{- define "runai-webhook.boundNamespaces" -}}
+namespaceSelector:
+  matchExpressions:
+  {{- include "runai-webhook.nsExclusions" . | nindent 2 }}
+  - key: {{ .Values.webhook.queueLabelKey }}
+    operator: Exists
+{{- end -}}
