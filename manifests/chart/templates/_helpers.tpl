@@ -125,3 +125,13 @@ namespaceSelector:
   - key: {{ .Values.webhook.queueLabelKey }}
     operator: Exists
 {{- end -}}
+
+{{/*
+CEL for the namespace webhooks: not the webhook's own write (binding labels,
+finalizer), unless it changes the department (a move must still happen).
+The webhook's own writes are what the namespace guard always allows, so
+calling it for them is a round trip per bind for nothing.
+*/}}
+{{- define "runai-webhook.notOwnWriteCEL" -}}
+request.userInfo.username != {{ include "runai-webhook.serviceAccountUser" . | squote }} || (request.operation == 'UPDATE' && object.metadata.?labels[?{{ .Values.webhook.departmentLabel | squote }}].orValue('') != oldObject.metadata.?labels[?{{ .Values.webhook.departmentLabel | squote }}].orValue(''))
+{{- end -}}
