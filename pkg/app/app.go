@@ -201,6 +201,7 @@ func setupWebhooks(mgr ctrl.Manager, o Options, binder *bind.Binder, api runai.A
 		return fmt.Errorf("starting the pod cache: %w", err)
 	}
 	namespaces := kube.Namespaces{Cache: mgr.GetCache(), Live: mgr.GetAPIReader()}
+	binder.Namespaces = namespaces
 	settings := mutate.Settings{QueueLabelKey: cfg.QueueLabelKey, SchedulerName: cfg.SchedulerName}
 	var src quota.Source = unavailableSource{}
 	if api != nil {

@@ -60,9 +60,16 @@ func CreatedByUs(p runai.Project, namespace string) bool {
 // one namespace in a replica share one call; across replicas Run:ai's 409 on
 // the project name and a re-read settle who created it.
 type Binder struct {
-	RunAI             runai.API
-	Client            client.Client // writes (patches) namespaces
-	Reader            client.Reader // live reads, never a stale cache
+	RunAI  runai.API
+	Client client.Client // writes (patches) namespaces
+	Reader client.Reader // live reads, never a stale cache
+	// Namespaces, when set, is where a bind reads its namespace first (the
+	// webhook's namespace cache, which reads live what it has not seen):
+	// during a storm of first pods a live read waits behind the storm in
+	// the API server. Only an unbound, managed, live namespace is taken from
+	// it; anything else is read live. A department label changed in the
+	// instant the cache lags is reported by record and by the pass (drift).
+	Namespaces        nsview.Getter
 	Keys              nsview.Keys
 	DefaultDepartment string
 	GPUQuota          float64
@@ -388,9 +395,21 @@ func pickBound(candidates []runai.Project, namespace string) (*runai.Project, er
 	return nil, &Refusal{Message: fmt.Sprintf("namespace %s is bound to several Run:ai projects (%s); a Run:ai administrator must keep one", namespace, strings.Join(names, ", "))}
 }
 
+// namespaceForBind is the namespace a bind starts from: from Namespaces
+// when it shows a managed namespace that is neither bound nor being deleted,
+// else a live read.
+func (b *Binder) namespaceForBind(ctx context.Context, name string) (nsview.Namespace, error) {
+	if b.Namespaces != nil {
+		if v, found, err := b.Namespaces.Get(ctx, name); err == nil && found && !v.Terminating && b.Keys.Managed(v) && b.Keys.BoundProject(v) == "" {
+			return v, nil
+		}
+	}
+	return b.readNamespace(ctx, name)
+}
+
 // bind does one bind; ix is the pass's project index, nil in admission.
 func (b *Binder) bind(ctx context.Context, namespace string, ix *ProjectIndex) (Outcome, error) {
-	ns, err := b.readNamespace(ctx, namespace)
+	ns, err := b.namespaceForBind(ctx, namespace)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -559,6 +578,12 @@ func (b *Binder) record(ctx context.Context, ns nsview.Namespace, p runai.Projec
 	obj.Name = ns.Name
 	if err := b.Client.Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, b.bindingPatch(p, owned))); err != nil {
 		return Outcome{}, b.recordFailed(ctx, ns.Name, p, owned, err)
+	}
+	if was, now := ns.Labels[b.Keys.Department], obj.Labels[b.Keys.Department]; owned && was != now {
+		// The bind mapped the department the namespace had when it started.
+		b.event(obj, corev1.EventTypeWarning, "DepartmentChangedDuringBind",
+			"label %s changed from %q to %q while the namespace was being bound; Run:ai project %s was created for %q (the background pass reports the drift)", b.Keys.Department, was, now, p.Name, was)
+		b.Log.Info("department changed during bind", "namespace", ns.Name, "was", was, "now", now, "project", p.Name)
 	}
 	out := Outcome{Namespace: ns.Name, Project: p.Name, ProjectID: p.ID, Department: deptName, Adopted: !owned, Ready: p.Status.Phase == runai.PhaseReady}
 	if owned {

@@ -14,10 +14,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/hopsworks/runai-webhook/pkg/bind"
+	"github.com/hopsworks/runai-webhook/pkg/nsview"
 	"github.com/hopsworks/runai-webhook/pkg/runai"
 	"github.com/hopsworks/runai-webhook/pkg/runai/runaitest"
 )
@@ -566,3 +568,64 @@ func TestBindWhileRunAIDown(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// cachedNamespaces is an nsview.Getter serving fixed views, as the
+// webhook's namespace cache would (possibly behind the API server).
+type cachedNamespaces map[string]nsview.Namespace
+
+func (c cachedNamespaces) Get(_ context.Context, name string) (nsview.Namespace, bool, error) {
+	v, ok := c[name]
+	return v, ok, nil
+}
+
+// A bind starts from the namespace cache when it shows an unbound, managed,
+// live namespace (no live read behind a storm in the API server); anything
+// else is read live.
+func TestBindReadsNamespaceFromCacheWhenUnbound(t *testing.T) {
+	unbound := nsview.Namespace{Name: "team-c", Labels: map[string]string{projectKey: "team-c"}}
+	cases := []struct {
+		name      string
+		cached    cachedNamespaces
+		liveReads int32
+	}{
+		{name: "unbound in the cache", cached: cachedNamespaces{"team-c": unbound}, liveReads: 0},
+		{name: "not in the cache yet", cached: cachedNamespaces{}, liveReads: 1},
+		{name: "bound in the cache", cached: cachedNamespaces{"team-c": {Name: "team-c", Labels: map[string]string{projectKey: "team-c", queueKey: "team-c"}}}, liveReads: 1},
+		{name: "terminating in the cache", cached: cachedNamespaces{"team-c": {Name: "team-c", Labels: unbound.Labels, Terminating: true}}, liveReads: 1},
+		{name: "unmanaged in the cache", cached: cachedNamespaces{"team-c": {Name: "team-c"}}, liveReads: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var reads atomic.Int32
+			e := newEnv(t, envOpts{objects: []client.Object{managedNS("team-c")}})
+			e.binder.Reader = interceptor.NewClient(e.k8s, interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					reads.Add(1)
+					return c.Get(ctx, key, obj, opts...)
+				},
+			})
+			e.binder.Namespaces = tc.cached
+			out, err := e.binder.Bind(ctxT(t), "team-c")
+			require.NoError(t, err)
+			assert.Equal(t, tc.liveReads, reads.Load(), "live reads of the namespace")
+			assert.Equal(t, "team-c", e.ns("team-c").Labels[queueKey], "bound either way")
+			assert.False(t, out.Adopted)
+		})
+	}
+}
+
+// A department label changed between the cached read and the binding patch
+// is reported on the namespace: the project was made for the old one.
+func TestBindReportsDepartmentChangedDuringBind(t *testing.T) {
+	e := newEnv(t, envOpts{objects: []client.Object{managedNS("team-d", deptKey, "research")}})
+	rec := record.NewFakeRecorder(10)
+	e.binder.Events = rec
+	e.binder.Namespaces = cachedNamespaces{"team-d": {Name: "team-d", Labels: map[string]string{projectKey: "team-d", deptKey: "vision"}}}
+	_, err := e.binder.Bind(ctxT(t), "team-d")
+	require.NoError(t, err)
+	var events []string
+	for len(rec.Events) > 0 {
+		events = append(events, <-rec.Events)
+	}
+	assert.Contains(t, strings.Join(events, "\n"), `DepartmentChangedDuringBind label hopsworks.ai/department changed from "vision" to "research"`)
+}
