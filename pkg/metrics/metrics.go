@@ -23,7 +23,9 @@ var (
 	}, []string{"webhook", "reason"})
 	admissionLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "runai_webhook_admission_duration_seconds", Help: "Time to decide one review, by webhook.",
-		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		// Finer between 50 and 250 ms, where a first-pod bind (two Run:ai
+		// round trips and a namespace write) lands.
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .075, .1, .15, .2, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"webhook"})
 	runaiCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "runai_webhook_runai_api_calls_total", Help: "Run:ai API calls by operation and HTTP status (0 = no answer).",
