@@ -57,10 +57,26 @@ summary=()
 for t in "${targets[@]}"; do
 	read -r pkg name <<<"$t"
 	log="$logdir/$name.log"
+	corpus="$($GO list -f '{{.Dir}}' "$pkg")/testdata/fuzz/$name"
+	before=$(ls "$corpus" 2>/dev/null | sort)
 	start=$(date +%s)
 	$GO test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" >"$log" 2>&1
 	rc=$?
 	took=$(($(date +%s) - start))
+	note=""
+	# Go before 1.27 can fail a target at the end of -fuzztime with a bare
+	# "context deadline exceeded" and no failing input: a race in its fuzz
+	# coordinator (go.dev/issue/75804), more likely on a loaded machine. That
+	# is no finding: when no input was written, replay the whole corpus
+	# (seeds and everything found) without fuzzing; only a failing replay
+	# fails the target.
+	after=$(ls "$corpus" 2>/dev/null | sort)
+	if [ $rc -ne 0 ] && [ "$before" = "$after" ] && grep -q '^    context deadline exceeded$' "$log" && ! grep -q -e 'Failing input' -e 'panic:' "$log"; then
+		if $GO test -run "^${name}\$" -count=1 "$pkg" >>"$log" 2>&1; then
+			rc=0
+			note=" [Go fuzz coordinator deadline race, go.dev/issue/75804: no input written, corpus replay passed]"
+		fi
+	fi
 	# The last progress line holds the run's executions:
 	#   fuzz: elapsed: 20s, execs: 123456 (6172/sec), new interesting: 3 (total: 12)
 	execs=$(grep -Eo 'fuzz: elapsed: [^,]+, execs: [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$')
@@ -71,7 +87,7 @@ for t in "${targets[@]}"; do
 		result=FAIL
 		failed=$((failed + 1))
 	fi
-	line=$(printf 'fuzz: %-4s %-32s %-50s execs=%-10s (%ss wall, log %s)' "$result" "$name" "${pkg#github.com/hopsworks/runai-webhook/}" "$execs" "$took" "${log#"$root"/}")
+	line=$(printf 'fuzz: %-4s %-32s %-50s execs=%-10s (%ss wall, log %s)%s' "$result" "$name" "${pkg#github.com/hopsworks/runai-webhook/}" "$execs" "$took" "${log#"$root"/}" "$note")
 	echo "$line"
 	summary+=("$line")
 	if [ $rc -ne 0 ]; then
