@@ -30,6 +30,16 @@ import (
 // legitimate review; anything larger is refused before it is read.
 const MaxReviewBytes = 7 << 20
 
+// BodyReadTimeout bounds reading one review's body. controller-runtime's
+// webhook server sets a header timeout but no read timeout, so a sender that
+// stalls mid-body would hold the request, its goroutine and its buffer until
+// the connection dies. The API server writes a review at once; 10 s is far
+// beyond an honest sender and within its largest webhook timeout (30 s).
+const BodyReadTimeout = 10 * time.Second
+
+// bodyReadTimeout is BodyReadTimeout; tests shorten it.
+var bodyReadTimeout = BodyReadTimeout
+
 // Request is the part of an AdmissionRequest our handlers read. The json
 // tags are the wire names DecodeReview reads (and what encoding/json would
 // use; the tests check DecodeReview against it).
@@ -316,6 +326,10 @@ func Serve(name string, h Handler, deadline time.Duration, obs Observer, log log
 			http.Error(w, fmt.Sprintf("AdmissionReview larger than %d bytes", MaxReviewBytes), http.StatusRequestEntityTooLarge)
 			return
 		}
+		rc := http.NewResponseController(w)
+		if err := rc.SetReadDeadline(start.Add(bodyReadTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			log.Info("could not bound the body read", "error", err.Error())
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxReviewBytes))
 		if err != nil {
 			var tooBig *http.MaxBytesError
@@ -326,6 +340,9 @@ func Serve(name string, h Handler, deadline time.Duration, obs Observer, log log
 			http.Error(w, "reading AdmissionReview: "+err.Error(), http.StatusBadRequest)
 			return
 		}
+		// The body is in: lift the deadline so it cannot cut the answer's
+		// write or the next request on a kept-alive connection.
+		_ = rc.SetReadDeadline(time.Time{})
 		req, _, err := DecodeReview(body)
 		if err != nil {
 			log.Info("refusing malformed review", "error", err.Error())

@@ -371,3 +371,56 @@ func TestServeOverHTTP(t *testing.T) {
 	} // else the server closed the connection mid-upload, which also refuses it
 	assert.Less(t, body.read(), int64(2*MaxReviewBytes), "the server stopped reading near the limit")
 }
+
+// A sender that stalls mid-body is answered (400) once the body read times
+// out, over HTTP/1.1 and HTTP/2, instead of holding the request; and the
+// deadline is lifted once a body is in, so a kept-alive connection serves
+// the next review however long after it comes.
+func TestServeBoundsTheBodyRead(t *testing.T) {
+	old := bodyReadTimeout
+	bodyReadTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { bodyReadTimeout = old })
+	h := Serve("inject", func(context.Context, *Request) Response { return Allow() }, time.Second, nil, logr.Discard())
+
+	for _, tc := range []struct {
+		name  string
+		http2 bool
+	}{{"HTTP/1.1", false}, {"HTTP/2", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(h)
+			srv.EnableHTTP2 = tc.http2
+			srv.StartTLS()
+			t.Cleanup(srv.Close)
+			hc := srv.Client()
+
+			t.Run("stalled body", func(t *testing.T) {
+				pr, pw := io.Pipe()
+				t.Cleanup(func() { _ = pw.Close() })
+				go func() { _, _ = pw.Write([]byte(`{"apiVersion":"admission.k8s.io/v1",`)) }() // then nothing
+				req, err := http.NewRequest(http.MethodPost, srv.URL+"/inject", pr)
+				require.NoError(t, err)
+				req.Header.Set("Content-Type", "application/json")
+				req.ContentLength = int64(len(podReview))
+				start := time.Now()
+				resp, err := hc.Do(req)
+				took := time.Since(start)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				msg, _ := io.ReadAll(resp.Body)
+				assert.Equal(t, http.StatusBadRequest, resp.StatusCode, string(msg))
+				assert.Contains(t, string(msg), "reading AdmissionReview")
+				assert.Less(t, took, 5*time.Second, "answered once the read timed out, not when the sender gave up")
+			})
+			t.Run("kept-alive connection after a slow gap", func(t *testing.T) {
+				for i := range 2 {
+					resp, err := hc.Post(srv.URL+"/inject", "application/json", strings.NewReader(podReview))
+					require.NoError(t, err)
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					assert.Equal(t, http.StatusOK, resp.StatusCode, "review %d", i)
+					time.Sleep(2 * bodyReadTimeout) // longer than the read deadline
+				}
+			})
+		})
+	}
+}
