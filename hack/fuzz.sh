@@ -77,6 +77,25 @@ for t in "${targets[@]}"; do
 			note=" [Go fuzz coordinator deadline race, go.dev/issue/75804: no input written, corpus replay passed]"
 		fi
 	fi
+	# "fuzzing process hung or terminated unexpectedly" means a worker did
+	# not answer in time or died, which a loaded machine causes too. The
+	# input it was running is written; it is a finding only if it fails
+	# again. Replayed three times without fuzzing: if it passes, the input
+	# is kept under bin/fuzz/unreproduced/ (not in the tree) and the line
+	# says so; if it fails, the target fails as usual.
+	new=$(comm -13 <(echo "$before") <(echo "$after") | head -1)
+	if [ $rc -ne 0 ] && [ -n "$new" ] && grep -q 'fuzzing process hung or terminated unexpectedly' "$log" && ! grep -q 'panic:' "$log"; then
+		replay=0
+		for _ in 1 2 3; do
+			$GO test -run "^${name}/${new}\$" -count=1 "$pkg" >>"$log" 2>&1 || replay=1
+		done
+		if [ $replay -eq 0 ]; then
+			mkdir -p "$logdir/unreproduced"
+			mv "$corpus/$new" "$logdir/unreproduced/$name-$new"
+			rc=0
+			note=" [UNREPRODUCED: a worker hung or died (loaded machine?); its input passed 3 replays, kept in ${logdir#"$root"/}/unreproduced/$name-$new]"
+		fi
+	fi
 	# The last progress line holds the run's executions:
 	#   fuzz: elapsed: 20s, execs: 123456 (6172/sec), new interesting: 3 (total: 12)
 	execs=$(grep -Eo 'fuzz: elapsed: [^,]+, execs: [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$')
